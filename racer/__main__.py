@@ -1,0 +1,88 @@
+"""Command line: python -m racer "PROMPT" --method racer --max-new-tokens 256"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+COLORS = {"root": "", "retrieval": "\033[32m", "logits": "\033[34m", "both": "\033[35m",
+          "template": "\033[34m", "lookup": "\033[33m"}
+RESET = "\033[0m"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from .drafters import METHODS
+    p = argparse.ArgumentParser(prog="python -m racer", description="Decode a prompt with a speculative method.")
+    p.add_argument("prompt", nargs="?", help="the user prompt (reads standard input when omitted)")
+    p.add_argument("--method", default="racer", choices=METHODS)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--capacity", default="64", help="draft tree size incl. the root, or 'auto' where supported")
+    p.add_argument("--model", default="default", help="'default', a hub id, a local folder or a .gguf file")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-color", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from . import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, load_model, make_drafter
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if not prompt.strip():
+        print("error: the prompt is empty", file=sys.stderr)
+        return 2
+    try:
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    except ModelLoadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        capacity: object = args.capacity if args.capacity == "auto" else int(args.capacity)
+        cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, capacity=capacity,  # type: ignore[arg-type]
+                           temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+        ids = build_input_ids(lm.tokenizer, prompt, system=args.system)
+        run = DecodeRun(lm, ids, make_drafter(args.method, vocab_size=lm.vocab_size), cfg)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    color = not (args.no_color or args.json or os.environ.get("NO_COLOR")) and sys.stdout.isatty()
+    tok = lm.tokenizer
+    shown: list[int] = []
+    printed = ""
+    for step in run:
+        if args.json:
+            continue
+        # Colour the accepted draft tokens by source; the root token stays plain.
+        sources = step.accepted_sources
+        for tok_id, src in zip(step.committed, sources):
+            shown.append(tok_id)
+            text = tok.decode(shown, skip_special_tokens=True)
+            piece, printed = text[len(printed):], text
+            if color and src != "root":
+                piece = f"{COLORS.get(src, '')}{piece}{RESET}"
+            sys.stdout.write(piece)
+        sys.stdout.flush()
+    res = run.result
+    assert res is not None
+    if args.json:
+        out = res.to_dict()
+        out.update({"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", "")})
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print()
+        legend = "  (green: retrieval, blue: logits, magenta: both, yellow: lookup)" if color else ""
+        print(f"\n[{res.method}] {res.new_tokens} tokens in {res.steps} steps, MAT {res.mat:.2f}, "
+              f"{res.tokens_per_s:.1f} tokens/s, {res.wall_s:.2f} s, stop: {res.stop_reason}; "
+              f"{lm.name} on {lm.device} {str(lm.dtype).replace('torch.', '')}{legend}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

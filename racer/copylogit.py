@@ -1,0 +1,160 @@
+"""Copy-logit store: per token id, the top-K next tokens seen the last time it was fed.
+
+RACER's "unseen" signal (and Token Recycling's adjacency matrix) is a (V, K) table: row `t`
+holds the K most likely next tokens of the logits produced right after the most recent
+occurrence of token `t`. Rows cover the full output vocabulary (special tokens included) and
+start empty (-1), so a token never fed does not expand into junk drafts.
+
+`expand` grows a small tree breadth-first from a root with a halving breadth rule. It runs
+on every decoding step, so it walks plain Python lists: a cached `.tolist()` row is an order
+of magnitude cheaper than indexing numpy per node for trees of ~64 nodes.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+RULES = ("paper", "released")
+
+
+@dataclass
+class Expansion:
+    """A logits tree without its root, in BFS order. `parents[i]` is -1 for a child of the
+    root, else an index into these lists (always < i)."""
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)       # position in the parent's row
+    breadths: list[int] = field(default_factory=list)    # how many row entries the node may expand
+    depths: list[int] = field(default_factory=list)      # 1 = child of the root
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class CopyLogitStore:
+    """(V, K) int32 table of next-token ids, -1 = empty."""
+
+    def __init__(self, vocab_size: int, k: int = 8) -> None:
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        self.k = int(k)
+        self.table = np.full((max(int(vocab_size), 1), self.k), -1, dtype=np.int32)
+        # token -> its non-empty row as a Python list; dropped whenever the row is rewritten.
+        self._rows: dict[int, list[int]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.table.shape[0])
+
+    def reset(self) -> None:
+        self.table.fill(-1)
+        self._rows.clear()
+
+    def __len__(self) -> int:
+        """Number of non-empty rows (for pictures and tests; O(V))."""
+        return int(np.count_nonzero(self.table[:, 0] >= 0))
+
+    def _grow(self, n: int) -> None:
+        # Only reached when a caller under-sized the store (e.g. input ids beyond the logits
+        # width): keep the data rather than drop rows or crash mid-generation.
+        size = self.vocab_size
+        while size < n:
+            size *= 2
+        extra = np.full((size - self.vocab_size, self.k), -1, dtype=np.int32)
+        self.table = np.concatenate([self.table, extra])
+
+    def write(self, tokens: np.ndarray | list[int], topk: np.ndarray) -> None:
+        """Set row `tokens[i]` to `topk[i]` for every i. For a token that occurs several
+        times the last occurrence wins (numpy does not promise an order for repeated fancy
+        indices, so the last occurrences are picked explicitly)."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.size == 0:
+            return
+        topk = np.asarray(topk)
+        if topk.ndim != 2 or topk.shape[0] != tokens.size:
+            raise ValueError(f"topk must be ({tokens.size}, K), got {topk.shape}")
+        rows = np.full((tokens.size, self.k), -1, dtype=np.int32)
+        w = min(self.k, topk.shape[1])
+        rows[:, :w] = topk[:, :w]
+        keep = tokens >= 0
+        if not keep.all():
+            tokens, rows = tokens[keep], rows[keep]
+            if tokens.size == 0:
+                return
+        hi = int(tokens.max())
+        if hi >= self.vocab_size:
+            self._grow(hi + 1)
+        # Index of the last occurrence of each distinct token.
+        uniq, first_rev = np.unique(tokens[::-1], return_index=True)
+        last = tokens.size - 1 - first_rev
+        self.table[uniq] = rows[last]
+        cache = self._rows
+        if cache:
+            pop = cache.pop
+            for t in uniq.tolist():
+                pop(t, None)
+
+    def row(self, token: int) -> list[int]:
+        """Non-empty entries of `token`'s row, best first (a cached list: do not mutate)."""
+        r = self._rows.get(token)
+        if r is None:
+            if 0 <= token < self.table.shape[0]:
+                r = [x for x in self.table[token].tolist() if x >= 0]
+            else:
+                r = []
+            self._rows[token] = r
+        return r
+
+    def expand(self, root: int, capacity: int, rule: str = "paper") -> Expansion:
+        """BFS logits tree from `root` with at most `capacity` nodes (root excluded).
+
+        Breadth rule: the root has breadth K; node i expands the first b_i entries of its row,
+        and its j-th child (0-based) gets max(1, b_i >> (j + s)), where s = 1 below non-root
+        nodes. The paper uses s = 0 at the root (children 8,4,2,1,...); the released code
+        uses s = 1 there too (4,2,1,1,...). Empty rows simply do not expand."""
+        if rule not in RULES:
+            raise ValueError(f"unknown breadth rule {rule!r}; known: {RULES}")
+        out = Expansion()
+        if capacity <= 0:
+            return out
+        tokens, parents, ranks, breadths, depths = out.tokens, out.parents, out.ranks, out.breadths, out.depths
+        row = self.row
+        root_shift = 0 if rule == "paper" else 1
+        # (node index, token, breadth, depth, shift for its children)
+        queue = deque([(-1, int(root), self.k, 0, root_shift)])
+        n = 0
+        while queue:
+            idx, tok, b, d, s = queue.popleft()
+            entries = row(tok)
+            if not entries:
+                continue
+            for j, child in enumerate(entries[:b]):
+                cb = b >> (j + s)
+                if cb < 1:
+                    cb = 1
+                tokens.append(child)
+                parents.append(idx)
+                ranks.append(j)
+                breadths.append(cb)
+                depths.append(d + 1)
+                queue.append((n, child, cb, d + 1, 1))
+                n += 1
+                if n >= capacity:
+                    return out
+        return out
+
+
+def write_tree_rows(store: CopyLogitStore, tokens: list[int], topk: np.ndarray | None,
+                    accepted: list[int]) -> None:
+    """Write the rows of every verified tree node. When a token sits at several nodes, the
+    accepted node wins: its logits were computed on the real context, the others' on a
+    prefix that was rejected, so it is the true "last time the token was fed"."""
+    if topk is None or not tokens:
+        return
+    n = len(tokens)
+    on_path = np.zeros(n, dtype=bool)
+    on_path[[i for i in accepted if 0 <= i < n]] = True
+    order = np.concatenate([np.flatnonzero(~on_path), np.flatnonzero(on_path)])
+    store.write(np.asarray(tokens, dtype=np.int64)[order], np.asarray(topk)[:n][order])

@@ -1,0 +1,50 @@
+"""Drafter registry: `make_drafter(method, **opts)` builds a fresh drafter (= fresh session state)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from .ar import ARDrafter
+from .base import Drafter, Verified
+from .pld import PLDDrafter
+from .racer import RacerDrafter
+from .tr import TokenRecyclingDrafter
+
+_FACTORIES: dict[str, tuple[Callable[..., Drafter], dict[str, Any]]] = {
+    "ar": (ARDrafter, {}),
+    "pld": (PLDDrafter, {}),
+    "tr": (TokenRecyclingDrafter, {}),
+    "racer": (RacerDrafter, {"merge": "merge"}),
+    "racer-half": (RacerDrafter, {"merge": "half"}),
+    "racer-hard": (RacerDrafter, {"merge": "hard"}),
+    "racer-retrieval": (RacerDrafter, {"logits": False}),
+    "racer-logits": (RacerDrafter, {"retrieval": False}),
+}
+
+METHODS: tuple[str, ...] = tuple(_FACTORIES)
+
+#: Options the loop may pass to every method; dropped for drafters that don't take them.
+_COMMON_OPTS = ("vocab_size",)
+
+
+def make_drafter(method: str, **opts: Any) -> Drafter:
+    """A new drafter for `method`. Variants fix their own settings (e.g. "racer-half" fixes
+    merge="half"); passing a conflicting value is an error rather than a silent override."""
+    try:
+        cls, fixed = _FACTORIES[method]
+    except KeyError:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}") from None
+    for k, v in fixed.items():
+        if k in opts and opts[k] != v:
+            raise ValueError(f"method {method!r} fixes {k}={v!r}; got {k}={opts[k]!r}")
+    params = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in opts.items() if takes_any or k in params or k not in _COMMON_OPTS}
+    kwargs.update(fixed)
+    if "name" in params:
+        kwargs.setdefault("name", method)
+    return cls(**kwargs)
+
+
+__all__ = ["Drafter", "Verified", "METHODS", "make_drafter", "ARDrafter",
+           "PLDDrafter", "RacerDrafter", "TokenRecyclingDrafter"]

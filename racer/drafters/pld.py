@@ -1,0 +1,60 @@
+"""Prompt lookup decoding: draft the continuation after the most recent earlier occurrence of
+the last 3 (then 2, then 1) tokens of prompt + output, as a chain of up to 10 tokens."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tree import DraftTree
+from .base import Drafter
+
+
+class PLDDrafter(Drafter):
+    name = "pld"
+
+    def __init__(self, max_ngram: int = 3, max_draft: int = 10) -> None:
+        self.max_ngram, self.max_draft = max_ngram, max_draft
+        self.reset()
+
+    def reset(self) -> None:
+        # n-gram -> end index of its latest occurrence; kept incrementally so a lookup is O(1).
+        self._last: dict[tuple[int, ...], int] = {}
+        self._indexed = 0
+
+    def start(self, context: list[int], new_from: int, topk: np.ndarray | None) -> None:
+        self.reset()
+
+    def _index(self, context: list[int]) -> None:
+        for end in range(self._indexed, len(context)):
+            for n in range(1, self.max_ngram + 1):
+                if end - n + 1 >= 0:
+                    self._last[tuple(context[end - n + 1:end + 1])] = end
+        self._indexed = len(context)
+
+    def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
+        tree = DraftTree.root_only(root)
+        limit = min(self.max_draft, capacity - 1)
+        if limit <= 0:
+            return tree
+        if len(context) < self._indexed:  # a shorter context means a new conversation
+            self.reset()
+        self._index(context)
+        for n in range(self.max_ngram, 0, -1):
+            if n - 1 > len(context):
+                continue
+            key = tuple(context[len(context) - (n - 1):]) + (root,) if n > 1 else (root,)
+            end = self._last.get(key)
+            if end is None:
+                continue
+            # The continuation may run into the root itself (it follows the context).
+            cont = context[end + 1:end + 1 + limit]
+            if len(cont) < limit and end + 1 + len(cont) == len(context):
+                cont = cont + [root]
+            if cont:
+                for i, t in enumerate(cont[:limit]):
+                    tree.add(i, t, "lookup", 0)
+                tree.info["match_len"] = n
+                return tree
+        return tree
+
+
+PromptLookupDrafter = PLDDrafter

@@ -1,0 +1,196 @@
+"""The RACER drafter: a retrieval tree (Aho-Corasick automaton over the context) merged with
+a logits tree (copy-logit rows), both in one draft trie of fixed capacity.
+
+All state (automaton, copy-logit table) lives on the drafter object, i.e. in one session.
+Nothing is module-level: two users of one process never see each other's text.
+
+Merge planning (merge="merge"): retrieval candidates go in first, the logits tree fills what
+is left. A logits node that repeats a retrieval node merges for free (source "both"), so the
+logits tree is expanded with the full budget (capacity - 1, the tree it would build alone)
+and inserted in BFS order until the draft is full; the union of the two is then at least
+capacity - 1 nodes whenever the copy-logit table can fill that budget, so capacity is never
+wasted on overlap. After the draft is full the rest of the expansion is still walked, but only
+to mark nodes retrieval already proposed as "both" (new nodes, and their subtrees, are
+skipped): the label then says what each source really proposed.
+
+merge="half": retrieval may take (capacity - 1) // 2 nodes and the logits tree gets its own
+fixed expansion of the rest; neither side gets what the other leaves unused, and overlap is
+not refilled (that is the point of the ablation). merge="hard": the logits tree only when
+retrieval proposes nothing.
+
+`vocab_size` should be the model's logits width; the store grows if a larger id shows up.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+
+from ..automaton import Automaton
+from ..copylogit import RULES, CopyLogitStore, Expansion, write_tree_rows
+from ..tree import DraftTree
+from .base import Drafter, Verified
+
+MERGES = ("merge", "half", "hard")
+#: Most copy-logit rows listed in `tree.info["copy_rows"]` (pictures, not data).
+MAX_COPY_ROWS = 12
+
+
+class RacerDrafter(Drafter):
+    name = "racer"
+
+    def __init__(self, vocab_size: int = 1, capacity_automaton: int = 10_000, window: int = 10,
+                 topk: int = 8, breadth_rule: str = "paper", merge: str = "merge",
+                 retrieval: bool = True, logits: bool = True, name: str | None = None) -> None:
+        if breadth_rule not in RULES:
+            raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
+        if merge not in MERGES:
+            raise ValueError(f"unknown merge {merge!r}; known: {MERGES}")
+        if not (retrieval or logits):
+            raise ValueError("RACER needs retrieval, logits or both")
+        if name:
+            self.name = name
+        self.k = int(topk)
+        self.breadth_rule = breadth_rule
+        self.merge = merge
+        self.retrieval = bool(retrieval)
+        self.logits = bool(logits)
+        self.wants_topk = self.k if self.logits else 0
+        self.automaton = Automaton(capacity=capacity_automaton, window=window)
+        self.store = CopyLogitStore(vocab_size, self.k)
+        # How many context tokens the automaton has consumed, so `start` can catch up on
+        # tokens committed without a verify step (e.g. a final pending root).
+        self._fed = 0
+
+    def reset(self) -> None:
+        self.automaton.reset()
+        self.store.reset()
+        self._fed = 0
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def start(self, context: list[int], new_from: int, topk: np.ndarray | None) -> None:
+        if self.retrieval:
+            # Feed everything the automaton has not seen; if the context was rebuilt (not an
+            # extension of what was fed), trust the caller's `new_from`.
+            begin = self._fed if self._fed <= new_from else new_from
+            self.automaton.feed(list(context[begin:]))
+            self._fed = len(context)
+        if self.logits and topk is not None and len(context) > new_from:
+            self.store.write(np.asarray(context[new_from:], dtype=np.int64), topk)
+
+    def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
+        tree = DraftTree.root_only(root)
+        budget = max(0, int(capacity) - 1)
+        both = self.retrieval and self.logits
+        r_budget = budget // 2 if both and self.merge == "half" else budget
+
+        t0 = perf_counter()
+        cont = None
+        placed: list[int] = []
+        if self.retrieval and r_budget > 0:
+            cont = self.automaton.continuations(root, r_budget)
+        t1 = perf_counter()
+        if cont is not None:
+            placed = self._insert_retrieval(tree, cont, 1 + r_budget)
+        t2 = perf_counter()
+
+        exp = None
+        inserted: list[int] = []
+        if self.logits and budget > 0 and not (self.merge == "hard" and both and len(tree) > 1):
+            l_budget = budget - r_budget if self.merge == "half" and both else budget
+            exp = self.store.expand(root, l_budget, self.breadth_rule)
+            t3 = perf_counter()
+            inserted = self._insert_logits(tree, exp, int(capacity))
+        else:
+            t3 = perf_counter()
+        t4 = perf_counter()
+
+        counts = Counter(tree.sources[1:])
+        info: dict[str, Any] = {
+            "match_depth": int(cont.match_depth) if cont is not None else 0,
+            "borders": self._borders(cont),
+            "n_retrieval": counts["retrieval"], "n_logits": counts["logits"], "n_both": counts["both"],
+            "capacity": int(capacity),
+            "draft_breakdown": {"automaton_ms": (t1 - t0) * 1e3, "logits_ms": (t3 - t2) * 1e3,
+                                "merge_ms": ((t2 - t1) + (t4 - t3)) * 1e3},
+        }
+        if self.detail:
+            if self.retrieval:
+                selected = set(cont.borders) if cont is not None else set()
+                for i, node in enumerate(placed):
+                    if node >= 0:
+                        selected.update(cont.node_ids[i])
+                info["automaton"] = self.automaton.snapshot(root, selected=selected)
+            if exp is not None:
+                info["copy_rows"] = self._rows_used(root, exp, inserted)
+        tree.info = info
+        return tree
+
+    def observe(self, step: Verified) -> dict[str, Any] | None:
+        tree = step.tree
+        if self.logits:
+            write_tree_rows(self.store, tree.tokens, step.topk, step.accepted)
+        evicted: list[dict[str, Any]] = []
+        if self.retrieval:
+            self.automaton.feed(list(step.committed))
+            self._fed += len(step.committed)
+            evicted = [dict(e) for e in (self.automaton.last_evictions or [])]
+        by_source = Counter(tree.sources[i] for i in step.accepted[1:])
+        return {"evicted": evicted, "accepted_by_source": dict(by_source),
+                "automaton_size": len(self.automaton) if self.retrieval else 0}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _insert_retrieval(tree: DraftTree, cont: Any, limit: int) -> list[int]:
+        """Add the pooled continuations (topological, best first). Returns, per candidate,
+        its tree node or -1 when it did not fit."""
+        place: list[int] = []
+        add = tree.add
+        for tok, par, freq, bdepth, rank in zip(cont.tokens, cont.parents, cont.freqs,
+                                                cont.border_depths, cont.ranks):
+            at = 0 if par < 0 else place[par]
+            if at < 0 or len(tree) >= limit:
+                place.append(-1)
+                continue
+            place.append(add(at, tok, "retrieval", rank, freq=int(freq), border_depth=int(bdepth)))
+        return place
+
+    @staticmethod
+    def _insert_logits(tree: DraftTree, exp: Expansion, limit: int) -> list[int]:
+        """Insert the expansion in BFS order while there is room, then only merge (see the
+        module note). Returns the expansion indices that ended up in the tree."""
+        place: list[int] = []
+        inserted: list[int] = []
+        add, child = tree.add, tree.child
+        for i, (tok, par, rank, b) in enumerate(zip(exp.tokens, exp.parents, exp.ranks, exp.breadths)):
+            at = 0 if par < 0 else place[par]
+            node = -1
+            if at >= 0:
+                if len(tree) < limit or child(at, tok) >= 0:
+                    node = add(at, tok, "logits", rank, breadth=b)
+                    inserted.append(i)
+            place.append(node)
+        return inserted
+
+    def _borders(self, cont: Any) -> list[dict[str, Any]]:
+        if cont is None:
+            return []
+        out = []
+        for b in cont.borders:
+            s = [int(t) for t in self.automaton.node_string(b)]
+            out.append({"node": int(b), "depth": len(s), "tokens": s})
+        return out
+
+    def _rows_used(self, root: int, exp: Expansion, inserted: list[int]) -> list[dict[str, Any]]:
+        """The rows the inserted logits nodes were read from, root row first."""
+        tokens = [int(root)]
+        for i in inserted:
+            p = exp.parents[i]
+            if p >= 0:
+                tokens.append(exp.tokens[p])
+        tokens = list(dict.fromkeys(tokens))[:MAX_COPY_ROWS]
+        return [{"token": t, "row": list(self.store.row(t))} for t in tokens]

@@ -1,0 +1,200 @@
+"""The decode loop shared by every method: prefill, then draft -> verify -> commit -> observe.
+
+    run = DecodeRun(lm, input_ids, drafter, DecodeConfig(max_new_tokens=256))
+    for step in run:          # one StepRecord per verification step
+        ...
+    run.result                # DecodeResult: text, token ids, steps, MAT, tokens/s
+
+Invariant after every step: the KV cache holds exactly the prompt plus the committed tokens;
+the pending root (the token the last forward fixed) is not in it yet.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from .drafters.base import Drafter, Verified
+from .models import LoadedModel
+from .records import DecodeResult, StepRecord
+from .tree import DraftTree
+from .verify import Sampling, accept_greedy, accept_sampling, forward_tree, keep_path, process_logits
+
+
+@dataclass
+class DecodeConfig:
+    max_new_tokens: int = 256
+    #: Draft tree size including the root (an int), or a callable sizing policy.
+    capacity: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = 0
+    #: Stop after this many seconds of wall time (None = no limit).
+    time_limit_s: float | None = None
+    #: Ask drafters for picture data (automaton snapshots, rows used) in every step record.
+    detail: bool = False
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k, self.seed)
+
+
+class DecodeRun:
+    """Iterate to decode; `result` is set when iteration ends."""
+
+    def __init__(self, lm: LoadedModel, input_ids: list[int], drafter: Drafter, config: DecodeConfig | None = None,
+                 stop_event: threading.Event | None = None, new_from: int = 0,
+                 accept: Callable[..., tuple[list[int], int]] | None = None) -> None:
+        self.lm, self.drafter, self.cfg = lm, drafter, config or DecodeConfig()
+        self.input_ids = [int(t) for t in input_ids]
+        self.new_from = new_from
+        self.stop_event = stop_event
+        self._accept = accept
+        self.result: DecodeResult | None = None
+        self.cache: Any = None
+        if not self.input_ids:
+            raise ValueError("empty input: nothing to decode from")
+        if len(self.input_ids) >= lm.max_context:
+            raise ValueError(f"the prompt has {len(self.input_ids)} tokens; this model's context is {lm.max_context}")
+        if self.cfg.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+
+    def _sync(self) -> None:
+        if self.lm.device.type == "cuda":
+            torch.cuda.synchronize(self.lm.device)
+
+    @torch.inference_mode()
+    def __iter__(self) -> Iterator[StepRecord]:
+        from transformers import DynamicCache
+
+        lm, drafter, cfg = self.lm, self.drafter, self.cfg
+        model, device = lm.model, lm.device
+        sampling = cfg.sampling
+        gen = None
+        if not sampling.greedy:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(int(cfg.seed if cfg.seed is not None else torch.seed() % 2**63))
+        accept = self._accept
+        if accept is None:
+            accept = accept_greedy if sampling.greedy else (lambda t, lg: accept_sampling(t, lg, sampling, gen))
+        drafter.detail = cfg.detail
+        K = drafter.wants_topk
+
+        t_start = time.perf_counter()
+        cache = self.cache = DynamicCache(config=model.config)
+        context = list(self.input_ids)
+        n_new = len(context) - self.new_from
+        ids = torch.tensor([context], dtype=torch.long, device=device)
+        # Copy-logit style drafters want the top-k at every newly fed position; others only the last.
+        keep = n_new if K else 1
+        logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        topk = logits.topk(K, dim=-1).indices.cpu().numpy() if K else None
+        last = logits[-1:]
+        root = accept_greedy(DraftTree.root_only(-1), last)[1] if sampling.greedy else \
+            int(torch.multinomial(process_logits(last[0], sampling), 1, generator=gen).item())
+        drafter.start(context, self.new_from, topk)
+        self._sync()
+        prefill_ms = (time.perf_counter() - t_start) * 1e3
+
+        out: list[int] = []
+        accept_lengths: list[int] = []
+        totals: dict[str, float] = {}
+        eos = lm.eos_ids
+        stop_reason = "max_new_tokens"
+        index = 0
+        while True:
+            budget = cfg.max_new_tokens - len(out)
+            past = len(context)
+            if self.stop_event is not None and self.stop_event.is_set():
+                stop_reason = "stopped"
+                break
+            if cfg.time_limit_s is not None and time.perf_counter() - t_start > cfg.time_limit_s:
+                stop_reason = "time_limit"
+                break
+            final = None
+            if root in eos:
+                final = "eos"
+            elif budget <= 1:
+                final = "max_new_tokens"
+            elif past + 1 >= lm.max_context:
+                final = "context_limit"
+            if final:
+                # The pending root is already fixed: commit it without another forward.
+                rec = StepRecord(index, root, DraftTree.root_only(root), [0], [root], None, past,
+                                 {"draft_ms": 0.0, "forward_ms": 0.0}, forwarded=False)
+                out.append(root)
+                accept_lengths.append(1)
+                stop_reason = final
+                yield rec
+                break
+
+            t0 = time.perf_counter()
+            # Leave a slot for the root the forward will fix, so prompt + output never exceeds the context.
+            capacity = max(1, min(int(cfg.capacity), lm.max_context - past - 1))
+            tree = drafter.propose(context, root, capacity)
+            t1 = time.perf_counter()
+            logits = forward_tree(model, cache, tree, past, device, lm.dtype)
+            self._sync()
+            t2 = time.perf_counter()
+            path, next_root = accept(tree, logits)
+            node_topk = logits.topk(K, dim=-1).indices.cpu().numpy() if K else None
+            t3 = time.perf_counter()
+            keep_path(cache, past, path, len(tree))
+            self._sync()
+            t4 = time.perf_counter()
+            committed = [tree.tokens[i] for i in path]
+            context.extend(committed)
+            extra = drafter.observe(Verified(tree, node_topk, path, committed, next_root, context))
+            t5 = time.perf_counter()
+
+            # Commit limits: stop at an end-of-sequence token or at exactly max_new_tokens.
+            cut = len(committed)
+            for j, tok in enumerate(committed):
+                if tok in eos:
+                    cut = j + 1
+                    stop_reason = "eos"
+                    break
+            if cut > budget:
+                cut, stop_reason = budget, "max_new_tokens"
+            done = cut < len(committed) or stop_reason == "eos" or cut == budget
+            committed = committed[:cut]
+            timings = {"draft_ms": (t1 - t0) * 1e3, "forward_ms": (t2 - t1) * 1e3, "verify_ms": (t3 - t2) * 1e3,
+                       "cache_ms": (t4 - t3) * 1e3, "update_ms": (t5 - t4) * 1e3}
+            sizing = tree.info.get("sizing_ms")
+            if sizing is not None:
+                timings["sizing_ms"] = float(sizing)
+            for k, v in timings.items():
+                totals[k] = totals.get(k, 0.0) + v
+            info = dict(tree.info)
+            if extra:
+                info.update(extra)
+            rec = StepRecord(index, root, tree, path, committed, None if done else next_root, past, timings, True, info)
+            out.extend(committed)
+            accept_lengths.append(len(committed))
+            index += 1
+            root = next_root
+            yield rec
+            if done:
+                break
+
+        self._sync()
+        wall = time.perf_counter() - t_start
+        text = lm.tokenizer.decode(out, skip_special_tokens=True)
+        self.result = DecodeResult(getattr(drafter, "name", "?"), len(self.input_ids), out, text, len(accept_lengths),
+                                   wall, prefill_ms, stop_reason, accept_lengths, totals)
+
+
+def decode(lm: LoadedModel, input_ids: list[int], drafter: Drafter, config: DecodeConfig | None = None,
+           on_step: Callable[[StepRecord], Any] | None = None, **kwargs: Any) -> DecodeResult:
+    """Run to the end; `on_step` sees every step record."""
+    run = DecodeRun(lm, input_ids, drafter, config, **kwargs)
+    for rec in run:
+        if on_step is not None:
+            on_step(rec)
+    assert run.result is not None
+    return run.result

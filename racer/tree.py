@@ -1,0 +1,142 @@
+"""The draft tree: candidate tokens rooted at the token the model has just fixed.
+
+Nodes are kept in topological order (a parent always precedes its children), so the
+verification forward can feed them as one sequence. Every node remembers where it came
+from (`source`) and its rank in the row that proposed it, so pictures can explain it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+#: Where a node came from. "both" = proposed by retrieval and by the logits tree.
+SOURCES = ("root", "retrieval", "logits", "both", "template", "lookup")
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]
+    parents: list[int]
+    sources: list[str]
+    ranks: list[int]
+    depths: list[int]
+    #: Optional per-node extras for pictures (e.g. {"freq": 3, "breadth": 4}).
+    meta: list[dict[str, Any]] = field(default_factory=list)
+    #: Drafter-specific data about how the tree was built (borders, snapshot, counts...).
+    info: dict[str, Any] = field(default_factory=dict)
+    _child: dict[tuple[int, int], int] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def root_only(cls, token: int) -> "DraftTree":
+        return cls([int(token)], [-1], ["root"], [0], [0], [{}])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def child(self, parent: int, token: int) -> int:
+        """Index of `parent`'s child carrying `token`, or -1."""
+        return self._child.get((parent, token), -1)
+
+    def add(self, parent: int, token: int, source: str, rank: int = 0, **meta: Any) -> int:
+        """Add `token` under `parent`; an existing sibling with the same token is reused, so
+        paths proposed by different sources merge (its source becomes "both")."""
+        token = int(token)
+        idx = self._child.get((parent, token))
+        if idx is not None:
+            if self.sources[idx] != source and {self.sources[idx], source} == {"retrieval", "logits"}:
+                self.sources[idx] = "both"
+            for k, v in meta.items():
+                self.meta[idx].setdefault(k, v)
+            return idx
+        idx = len(self.tokens)
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.sources.append(source)
+        self.ranks.append(int(rank))
+        self.depths.append(self.depths[parent] + 1)
+        self.meta.append(dict(meta))
+        self._child[(parent, token)] = idx
+        return idx
+
+    def add_path(self, tokens: Iterable[int], source: str, parent: int = 0) -> list[int]:
+        """Add a chain of tokens below `parent`; returns the node indices."""
+        out = []
+        for r, t in enumerate(tokens):
+            parent = self.add(parent, t, source, 0)
+            out.append(parent)
+        return out
+
+    def children(self) -> list[list[int]]:
+        kids: list[list[int]] = [[] for _ in self.tokens]
+        for i, p in enumerate(self.parents):
+            if p >= 0:
+                kids[p].append(i)
+        return kids
+
+    def path_to(self, node: int) -> list[int]:
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def ancestor_matrix(self) -> np.ndarray:
+        """Boolean T x T: row i is True at i and at every ancestor of i."""
+        n = len(self.tokens)
+        anc = np.zeros((n, n), dtype=bool)
+        for i, p in enumerate(self.parents):
+            if p >= 0:
+                anc[i] = anc[p]
+            anc[i, i] = True
+        return anc
+
+    def attention_mask(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+        """Additive float mask (1, 1, T, past + T): every node sees the whole prefix and its
+        own ancestors. Additive float, not bool: eager attention mis-reads bool masks."""
+        n = len(self.tokens)
+        blocked = torch.finfo(dtype).min
+        tree = torch.from_numpy(~self.ancestor_matrix())
+        mask = torch.zeros((1, 1, n, past_len + n), dtype=dtype)
+        mask[0, 0, :, past_len:].masked_fill_(tree, blocked)
+        return mask.to(device)
+
+    def position_ids(self, past_len: int, device: torch.device | str) -> torch.Tensor:
+        return (torch.tensor(self.depths, dtype=torch.long) + past_len).unsqueeze(0).to(device)
+
+    def validate(self) -> None:
+        """Raise if the structure is inconsistent (used by tests and the fuzzers)."""
+        n = len(self.tokens)
+        assert n >= 1 and self.parents[0] == -1 and self.sources[0] == "root"
+        assert len(self.parents) == len(self.sources) == len(self.ranks) == len(self.depths) == n
+        seen = set()
+        for i in range(1, n):
+            p = self.parents[i]
+            assert 0 <= p < i, f"node {i} has parent {p}: not topological"
+            assert self.depths[i] == self.depths[p] + 1
+            assert self.sources[i] in SOURCES
+            key = (p, self.tokens[i])
+            assert key not in seen, f"duplicate sibling token {self.tokens[i]} under {p}"
+            seen.add(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": list(self.tokens),
+            "parents": list(self.parents),
+            "sources": list(self.sources),
+            "ranks": list(self.ranks),
+            "depths": list(self.depths),
+            "meta": [dict(m) for m in self.meta],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "DraftTree":
+        t = cls(list(d["tokens"]), list(d["parents"]), list(d["sources"]), list(d["ranks"]),
+                list(d["depths"]), [dict(m) for m in d.get("meta") or [{} for _ in d["tokens"]]])
+        t._child = {(p, tok): i for i, (p, tok) in enumerate(zip(t.parents, t.tokens)) if p >= 0}
+        return t

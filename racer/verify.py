@@ -1,0 +1,106 @@
+"""Verifying a draft tree: one forward with tree attention, then the accepted path.
+
+Acceptance is lossless by construction:
+- greedy: descend from the root while a child carries the argmax at its parent; the argmax
+  at the last accepted node is the next root. Output = plain greedy decoding.
+- sampling: at each node draw the next token from the target's processed distribution;
+  descend if a child carries it, else commit the draw and stop. Every committed token is
+  then an exact sample of the target, whatever the draft was (drafts are deterministic
+  candidates, so no rejection correction is needed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+def process_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Probabilities (float32) after temperature, top-k and top-p, for a 1D or 2D logits tensor."""
+    x = logits.float() / max(s.temperature, 1e-6)
+    if s.top_k and 0 < s.top_k < x.shape[-1]:
+        kth = torch.topk(x, s.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if s.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the token that crosses it stays).
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= s.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device: torch.device,
+                 dtype: torch.dtype) -> torch.Tensor:
+    """Logits (T, V) at every tree node; appends T entries to `cache`."""
+    ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+    if tree.is_chain():
+        # A chain is ordinary causal attention: let the model build its own (faster) mask.
+        mask, pos = None, None
+    else:
+        mask, pos = tree.attention_mask(past_len, dtype, device), tree.position_ids(past_len, device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+    return out.logits[0]
+
+
+def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
+    best = logits.argmax(dim=-1).tolist()
+    node, path = 0, [0]
+    while True:
+        child = tree.child(node, best[node])
+        if child < 0:
+            return path, best[node]
+        node = child
+        path.append(node)
+
+
+def accept_sampling(tree: DraftTree, logits: torch.Tensor, s: Sampling,
+                    generator: torch.Generator) -> tuple[list[int], int]:
+    node, path = 0, [0]
+    while True:
+        probs = process_logits(logits[node], s)
+        draw = int(torch.multinomial(probs, 1, generator=generator).item())
+        child = tree.child(node, draw)
+        if child < 0:
+            return path, draw
+        node = child
+        path.append(node)
+
+
+AcceptFn = Callable[[DraftTree, torch.Tensor], "tuple[list[int], int]"]
+
+
+def keep_path(cache: Any, past_len: int, path: list[int], tree_len: int) -> None:
+    """Leave only the accepted path's entries after the prefix in every layer's KV cache."""
+    if path == list(range(len(path))):
+        drop = tree_len - len(path)
+        if drop:
+            cache.crop(-drop)
+        return
+    src = torch.tensor(path, dtype=torch.long) + past_len
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", True) or layer.keys is None:
+            continue
+        idx = src.to(layer.keys.device)
+        n = len(path)
+        # Copy the path's entries down in place (O(path), not O(context)), then crop the tail.
+        layer.keys[..., past_len:past_len + n, :] = layer.keys.index_select(-2, idx)
+        layer.values[..., past_len:past_len + n, :] = layer.values.index_select(-2, idx)
+    cache.crop(-(tree_len - len(path)))

