@@ -20,7 +20,9 @@ import torch
 
 from .drafters.base import Drafter, Verified
 from .models import LoadedModel
+from .costcurve import get_cost_curve
 from .records import DecodeResult, StepRecord
+from .sizing import Sizer
 from .tree import DraftTree
 from .verify import Sampling, accept_greedy, accept_sampling, forward_tree, keep_path, process_logits
 
@@ -28,8 +30,9 @@ from .verify import Sampling, accept_greedy, accept_sampling, forward_tree, keep
 @dataclass
 class DecodeConfig:
     max_new_tokens: int = 256
-    #: Draft tree size including the root (an int), or a callable sizing policy.
-    capacity: int = 64
+    #: Draft tree size including the root, or "auto": sized each step from the measured cost
+    #: curve and the learned acceptance (racer.sizing).
+    capacity: int | str = "auto"
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -49,7 +52,7 @@ class DecodeRun:
 
     def __init__(self, lm: LoadedModel, input_ids: list[int], drafter: Drafter, config: DecodeConfig | None = None,
                  stop_event: threading.Event | None = None, new_from: int = 0,
-                 accept: Callable[..., tuple[list[int], int]] | None = None) -> None:
+                 accept: Callable[..., tuple[list[int], int]] | None = None, sizer: Sizer | None = None) -> None:
         self.lm, self.drafter, self.cfg = lm, drafter, config or DecodeConfig()
         self.input_ids = [int(t) for t in input_ids]
         self.new_from = new_from
@@ -63,6 +66,14 @@ class DecodeRun:
             raise ValueError(f"the prompt has {len(self.input_ids)} tokens; this model's context is {lm.max_context}")
         if self.cfg.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
+        cap = self.cfg.capacity
+        if cap == "auto":
+            # A session passes its own sizer so acceptance learned in one turn serves the next.
+            self.sizer = sizer or Sizer(get_cost_curve(lm))
+        elif isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
+            self.sizer = None
+        else:
+            raise ValueError(f"capacity must be 'auto' or a whole number >= 1, not {cap!r}")
 
     def _sync(self) -> None:
         if self.lm.device.type == "cuda":
@@ -135,8 +146,12 @@ class DecodeRun:
 
             t0 = time.perf_counter()
             # Leave a slot for the root the forward will fix, so prompt + output never exceeds the context.
-            capacity = max(1, min(int(cfg.capacity), lm.max_context - past - 1))
+            limit = self.sizer.max_size if self.sizer else int(cfg.capacity)
+            capacity = max(1, min(limit, lm.max_context - past - 1))
             tree = drafter.propose(context, root, capacity)
+            ta = time.perf_counter()
+            if self.sizer is not None:
+                tree = self.sizer.size(tree, past)
             t1 = time.perf_counter()
             logits = forward_tree(model, cache, tree, past, device, lm.dtype)
             self._sync()
@@ -163,11 +178,11 @@ class DecodeRun:
                 cut, stop_reason = budget, "max_new_tokens"
             done = cut < len(committed) or stop_reason == "eos" or cut == budget
             committed = committed[:cut]
-            timings = {"draft_ms": (t1 - t0) * 1e3, "forward_ms": (t2 - t1) * 1e3, "verify_ms": (t3 - t2) * 1e3,
+            timings = {"draft_ms": (ta - t0) * 1e3, "forward_ms": (t2 - t1) * 1e3, "verify_ms": (t3 - t2) * 1e3,
                        "cache_ms": (t4 - t3) * 1e3, "update_ms": (t5 - t4) * 1e3}
-            sizing = tree.info.get("sizing_ms")
-            if sizing is not None:
-                timings["sizing_ms"] = float(sizing)
+            if self.sizer is not None:
+                timings["sizing_ms"] = (t1 - ta) * 1e3
+                self.sizer.observe(tree, path, timings)
             for k, v in timings.items():
                 totals[k] = totals.get(k, 0.0) + v
             info = dict(tree.info)

@@ -1,0 +1,304 @@
+"""What the benchmark runs: every method as a per-conversation `Session` with one call per turn.
+
+* Loop methods (`ar`, `pld`, `tr`, `racer`, its ablations) run through `racer.loop.DecodeRun`.
+  A session keeps its drafter across the turns of one conversation, as the app's chat does
+  (state belongs to a session, DESIGN.md §2.3); each new turn feeds the drafter only the
+  tokens it has not seen (`new_from`). Building the drafter is timed as part of turn 1.
+* `hf` is `transformers`' own `generate()` (greedy or sampling with the same settings);
+  `hf-pld` is its built-in prompt lookup (`prompt_lookup_num_tokens=10`). A streamer that
+  only reads the clock records when each step's tokens arrive (it costs one host copy per
+  step, which `generate()` already synchronises on), which gives hf-pld's steps and
+  accepted lengths too.
+
+Every call is timed the same way: GPU synchronised, clock, the whole call, GPU synchronised,
+clock. Token ids are compared like for like: the end-of-sequence token is kept, anything
+after it is cut, and no method returns more than `max_new_tokens`.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..drafters import METHODS as LOOP_METHODS
+from ..drafters import make_drafter
+from ..drafters.base import Drafter
+from ..loop import DecodeConfig, DecodeRun
+from ..models import LoadedModel
+
+HF_METHODS = ("hf", "hf-pld")
+ALL_METHODS: tuple[str, ...] = tuple(LOOP_METHODS) + HF_METHODS
+#: Per-step phases the decode loop reports (ms), in the order a step runs them.
+PHASES = ("draft", "forward", "verify", "cache", "update", "sizing")
+PLD_TOKENS = 10
+
+
+@dataclass
+class Outcome:
+    """One method's answer to one turn, with its timings."""
+    token_ids: list[int]
+    wall_s: float
+    stop_reason: str
+    #: Verification forwards incl. the prefill (= decode steps); None when unknown.
+    steps: int | None
+    #: Tokens committed per step; None when unknown.
+    accept_lengths: list[int] | None
+    #: Time to the first new token (prefill), ms.
+    prefill_ms: float | None
+    #: Totals over the steps, ms, keyed like the loop's timings ("forward_ms", ...).
+    timings: dict[str, float]
+    #: Per-step phase times, ms ({"draft": [...], "forward": [...], ...}); None where not measured.
+    step_ms: dict[str, list[float]] | None
+    #: Per step: ms since the call began when that step's tokens were ready (tokens-vs-time).
+    elapsed_ms: list[float]
+    #: Per step: draft tree size verified (root included); None where not applicable.
+    tree_sizes: list[int] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Session:
+    """One conversation of one method: call `run` once per turn, in order."""
+
+    def run(self, input_ids: list[int], cfg: DecodeConfig) -> Outcome:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class BenchMethod:
+    """A method the benchmark can run. Subclass with `name` and `session()`."""
+    name: str = "?"
+    #: Greedy output must equal ar's token for token (anything else is reported and checked).
+    lossless: bool = True
+
+    def session(self, lm: LoadedModel) -> Session:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def _sync(lm: LoadedModel) -> None:
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def clip_output(tokens: list[int], eos: frozenset[int] | set[int], max_new_tokens: int) -> list[int]:
+    """Keep the first end-of-sequence token, cut what follows, and at most max_new_tokens."""
+    out = []
+    for t in tokens[:max_new_tokens]:
+        out.append(int(t))
+        if t in eos:
+            break
+    return out
+
+
+def clip_lengths(lengths: list[int], total: int) -> list[int]:
+    """Per-step lengths trimmed so they sum to `total` (after `clip_output`)."""
+    out, seen = [], 0
+    for n in lengths:
+        if seen >= total:
+            break
+        n = min(n, total - seen)
+        out.append(n)
+        seen += n
+    return out
+
+
+# -- the decode loop's methods -----------------------------------------------------------
+
+class LoopMethod(BenchMethod):
+    """A drafter run through the shared decode loop. `factory(lm)` builds a fresh drafter;
+    `accept` (optional) replaces the loop's acceptance rule (tests use it to plant a bug)."""
+
+    def __init__(self, name: str, factory: Callable[[LoadedModel], Drafter] | None = None,
+                 accept: Callable[..., tuple[list[int], int]] | None = None, lossless: bool = True) -> None:
+        self.name = name
+        self.factory = factory or (lambda lm: make_drafter(name, vocab_size=lm.vocab_size))
+        self.accept = accept
+        self.lossless = lossless
+
+    def session(self, lm: LoadedModel) -> Session:
+        return LoopSession(self, lm)
+
+
+def _run_accepts(name: str) -> bool:
+    try:
+        return name in inspect.signature(DecodeRun.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class LoopSession(Session):
+    def __init__(self, method: LoopMethod, lm: LoadedModel) -> None:
+        self.method, self.lm = method, lm
+        self.drafter: Drafter | None = None
+        self.sizer: Any = None
+        self.fed: list[int] = []          # everything the drafter has seen: earlier prompts + answers
+
+    def _session_sizer(self, cfg: DecodeConfig) -> Any:
+        """With capacity "auto", one sizer per conversation, so what it learns in turn 1 serves turn 2."""
+        if cfg.capacity != "auto" or not _run_accepts("sizer"):
+            return None
+        if self.sizer is None:
+            from ..costcurve import get_cost_curve
+            from ..sizing import Sizer
+            self.sizer = Sizer(get_cost_curve(self.lm))
+        return self.sizer
+
+    def run(self, input_ids: list[int], cfg: DecodeConfig) -> Outcome:
+        lm = self.lm
+        kwargs: dict[str, Any] = {}
+        if self.method.accept is not None:
+            kwargs["accept"] = self.method.accept
+        _sync(lm)
+        t0 = time.perf_counter()
+        if self.drafter is None:
+            self.drafter = self.method.factory(lm)
+        sizer = self._session_sizer(cfg)
+        if sizer is not None:
+            kwargs["sizer"] = sizer
+        new_from = common_prefix(self.fed, input_ids)
+        run = DecodeRun(lm, input_ids, self.drafter, cfg, new_from=new_from, **kwargs)
+        step_ms: dict[str, list[float]] = {p: [] for p in PHASES}
+        elapsed: list[float] = []
+        sizes: list[int] = []
+        for rec in run:
+            elapsed.append((time.perf_counter() - t0) * 1e3)
+            for p in PHASES:
+                step_ms[p].append(float(rec.timings.get(p + "_ms", 0.0)))
+            sizes.append(len(rec.tree) if rec.forwarded else 0)
+        _sync(lm)
+        wall = time.perf_counter() - t0
+        res = run.result
+        assert res is not None
+        self.fed = list(input_ids) + list(res.token_ids)
+        step_ms = {p: v for p, v in step_ms.items() if any(v) or p in ("draft", "forward", "update")}
+        return Outcome(list(res.token_ids), wall, res.stop_reason, res.steps, list(res.accept_lengths),
+                       res.prefill_ms, dict(res.timings), step_ms, elapsed, sizes,
+                       {"new_from": new_from, "loop_wall_s": res.wall_s})
+
+
+# -- transformers' own decoders --------------------------------------------------------------
+
+class _StepClock:
+    """A generate() streamer that records when each step's tokens arrive (the first put is the prompt)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.counts: list[int] = []
+        self._prompt = True
+
+    def put(self, value: torch.Tensor) -> None:
+        if self._prompt:
+            self._prompt = False
+            return
+        self.times.append(time.perf_counter())
+        self.counts.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _eos_override(model: Any, eos: list[int] | None) -> Iterator[None]:
+    """generate() fills an unset eos from the model's generation config; make it stop exactly
+    where the decode loop stops (at `lm.eos_ids`, or nowhere when that is empty)."""
+    gc = model.generation_config
+    old = gc.eos_token_id
+    gc.eos_token_id = eos
+    try:
+        yield
+    finally:
+        gc.eos_token_id = old
+
+
+class HFMethod(BenchMethod):
+    """transformers' generate(): plain (`hf`) or with its prompt lookup (`hf-pld`)."""
+
+    def __init__(self, name: str = "hf", prompt_lookup: int | None = None) -> None:
+        self.name = name
+        self.prompt_lookup = prompt_lookup
+
+    def session(self, lm: LoadedModel) -> Session:
+        return HFSession(self, lm)
+
+
+class HFSession(Session):
+    def __init__(self, method: HFMethod, lm: LoadedModel) -> None:
+        self.method, self.lm = method, lm
+
+    def generate_kwargs(self, cfg: DecodeConfig) -> dict[str, Any]:
+        s = cfg.sampling
+        eos = sorted(self.lm.eos_ids)
+        kw: dict[str, Any] = {"max_new_tokens": int(cfg.max_new_tokens), "num_beams": 1, "use_cache": True,
+                              "pad_token_id": eos[0] if eos else 0}
+        if s.greedy:
+            # The library defaults (not the model's sampling hints), so nothing is flagged as unused.
+            kw.update(do_sample=False, temperature=1.0, top_p=1.0, top_k=50)
+        else:
+            # top_k passed explicitly: generate() would otherwise default to 50; 0 = off, as in the loop.
+            kw.update(do_sample=True, temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k or 0))
+        if self.method.prompt_lookup:
+            kw["prompt_lookup_num_tokens"] = int(self.method.prompt_lookup)
+        return kw
+
+    def run(self, input_ids: list[int], cfg: DecodeConfig) -> Outcome:
+        lm = self.lm
+        kw = self.generate_kwargs(cfg)
+        eos = sorted(lm.eos_ids) or None
+        clock = _StepClock()
+        with torch.inference_mode(), _eos_override(lm.model, eos):
+            ids = torch.tensor([input_ids], dtype=torch.long, device=lm.device)
+            mask = torch.ones_like(ids)
+            if not cfg.sampling.greedy:
+                seed = int(cfg.seed if cfg.seed is not None else 0)
+                torch.manual_seed(seed)
+                if lm.device.type == "cuda":
+                    torch.cuda.manual_seed_all(seed)
+            _sync(lm)
+            t0 = time.perf_counter()
+            out = lm.model.generate(ids, attention_mask=mask, streamer=clock, **kw)
+            new = out[0, len(input_ids):].tolist()
+            _sync(lm)
+            wall = time.perf_counter() - t0
+        tokens = clip_output(new, lm.eos_ids, cfg.max_new_tokens)
+        lengths = clip_lengths(clock.counts, len(tokens))
+        times = clock.times[: len(lengths)]
+        elapsed = [(t - t0) * 1e3 for t in times]
+        prefill = elapsed[0] if elapsed else wall * 1e3
+        if tokens and tokens[-1] in lm.eos_ids:
+            stop = "eos"
+        elif len(tokens) >= cfg.max_new_tokens:
+            stop = "max_new_tokens"
+        else:
+            stop = "other"
+        if len(new) > len(tokens):
+            stop += f" (cut {len(new) - len(tokens)} tokens after it)"
+        timings = {"generate_ms": max(0.0, wall * 1e3 - prefill)}
+        ok = sum(lengths) == len(tokens)
+        return Outcome(tokens, wall, stop, len(lengths) if ok else None, lengths if ok else None, prefill, timings,
+                       None, elapsed, None, {"prompt_lookup": self.method.prompt_lookup})
+
+
+def get_method(spec: str | BenchMethod) -> BenchMethod:
+    """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is."""
+    if isinstance(spec, BenchMethod):
+        return spec
+    if spec == "hf":
+        return HFMethod("hf")
+    if spec == "hf-pld":
+        return HFMethod("hf-pld", prompt_lookup=PLD_TOKENS)
+    if spec in LOOP_METHODS:
+        return LoopMethod(spec)
+    raise ValueError(f"unknown method {spec!r}; known: {', '.join(ALL_METHODS)}")

@@ -1,0 +1,166 @@
+"""The hardware cost curve: verify-forward time t(T, context) for tree size T on this model,
+device and dtype. Measured once (seconds), cached on disk, interpolated at use.
+
+On a GPU t(64) ~ t(1); on a small CPU it is not (DESIGN.md §4), which is why tree sizes
+must come from this curve rather than from a paper's default.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import random
+import statistics
+import time
+from bisect import bisect_left
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .models import LoadedModel, cache_root
+from .tree import DraftTree
+from .verify import forward_tree
+
+CPU_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+GPU_SIZES = CPU_SIZES + (96, 128)
+CONTEXTS = (128, 512, 1536)
+
+
+@dataclass
+class CostCurve:
+    sizes: list[int]
+    contexts: list[int]
+    ms: list[list[float]]          # ms[c][s]: median forward ms at contexts[c], sizes[s]
+    key: dict[str, str]
+    measured_at: str = ""
+
+    def t(self, size: int, context: int) -> float:
+        """Interpolated forward ms (linear in T and in context; clamped outside the grid
+        in context, extrapolated linearly beyond the largest T)."""
+        row = [self._at_size(size, ci) for ci in range(len(self.contexts))]
+        cs = self.contexts
+        if context <= cs[0]:
+            return row[0]
+        if context >= cs[-1]:
+            if len(cs) == 1:
+                return row[-1]
+            slope = (row[-1] - row[-2]) / (cs[-1] - cs[-2])
+            return row[-1] + max(0.0, slope) * (context - cs[-1])
+        j = bisect_left(cs, context)
+        w = (context - cs[j - 1]) / (cs[j] - cs[j - 1])
+        return row[j - 1] * (1 - w) + row[j] * w
+
+    def _at_size(self, size: int, ci: int) -> float:
+        s, y = self.sizes, self.ms[ci]
+        if size <= s[0]:
+            return y[0]
+        if size >= s[-1]:
+            slope = (y[-1] - y[-2]) / (s[-1] - s[-2]) if len(s) > 1 else 0.0
+            return y[-1] + max(0.0, slope) * (size - s[-1])
+        j = bisect_left(s, size)
+        w = (size - s[j - 1]) / (s[j] - s[j - 1])
+        return y[j - 1] * (1 - w) + y[j] * w
+
+    def table(self, context: int, sizes: list[int] | None = None) -> dict[str, list[float]]:
+        sizes = sizes or self.sizes
+        return {"sizes": list(sizes), "ms": [round(self.t(s, context), 3) for s in sizes]}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def curve_key(lm: LoadedModel) -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    dev = str(lm.device)
+    if lm.device.type == "cuda":
+        dev = torch.cuda.get_device_name(lm.device)
+    return {"model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
+            "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}
+
+
+def _cache_file(key: dict[str, str]) -> Path:
+    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / "costcurves" / f"{h}.json"
+
+
+def _random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
+    """A bushy tree (not a chain), so the measured cost includes the custom mask path."""
+    t = DraftTree.root_only(rng.randrange(vocab))
+    while len(t) < size:
+        t.add(rng.randrange(len(t)), rng.randrange(vocab), "logits")
+    return t
+
+
+@torch.inference_mode()
+def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
+            repeats: int = 3, progress: Callable[[str], None] | None = None) -> CostCurve:
+    from transformers import DynamicCache
+
+    sizes = sizes or (GPU_SIZES if lm.device.type == "cuda" else CPU_SIZES)
+    contexts = tuple(c for c in contexts if c + max(sizes) < lm.max_context) or (min(64, lm.max_context // 2),)
+    rng = random.Random(0)
+    vocab = lm.vocab_size
+    grid: list[list[float]] = []
+    for ci, ctx in enumerate(contexts):
+        cache = DynamicCache(config=lm.model.config)
+        lm.model(input_ids=torch.tensor([[rng.randrange(vocab) for _ in range(ctx)]], device=lm.device),
+                 cache=cache, use_cache=True, logits_to_keep=1)
+        row = []
+        for si, size in enumerate(sizes):
+            if progress:
+                progress(f"measuring the cost curve: context {ctx}, tree size {size} "
+                         f"({ci * len(sizes) + si + 1}/{len(sizes) * len(contexts)})")
+            times = []
+            for r in range(repeats + 1):
+                tree = _random_tree(rng, size, vocab) if size > 1 else DraftTree.root_only(rng.randrange(vocab))
+                if lm.device.type == "cuda":
+                    torch.cuda.synchronize(lm.device)
+                t0 = time.perf_counter()
+                logits = forward_tree(lm.model, cache, tree, ctx, lm.device, lm.dtype)
+                logits.argmax(-1).tolist()  # the loop reads the argmax back; include that sync
+                dt = (time.perf_counter() - t0) * 1e3
+                cache.crop(-size)
+                if r:  # the first call warms the kernels for this shape
+                    times.append(dt)
+            row.append(statistics.median(times))
+        grid.append(row)
+    return CostCurve(list(sizes), list(contexts), grid, curve_key(lm), time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def get_cost_curve(lm: LoadedModel, remeasure: bool = False,
+                   progress: Callable[[str], None] | None = None) -> CostCurve:
+    """The cached curve for this model/device/dtype/threads, measuring it if needed.
+    Kept on the LoadedModel too, so one process measures at most once."""
+    cached = getattr(lm, "_cost_curve", None)
+    if cached is not None and not remeasure:
+        return cached
+    key = curve_key(lm)
+    path = _cache_file(key)
+    curve = None
+    if path.is_file() and not remeasure:
+        try:
+            d = json.loads(path.read_text())
+            if d.get("key") == key:
+                curve = CostCurve(**d)
+        except (ValueError, TypeError):
+            curve = None
+    if curve is None:
+        curve = measure(lm, progress=progress)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(curve.to_dict()))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only cache only costs a re-measure next start
+    lm._cost_curve = curve  # type: ignore[attr-defined]
+    return curve

@@ -1,0 +1,175 @@
+"""Render every figure to PNG for the docs gallery.
+
+    python -m visuals.gallery docs/gallery            # synthetic samples + the tiny test model
+    python -m visuals.gallery OUTDIR --no-model       # synthetic samples only
+
+Figures are rendered by kaleido (headless Chromium). Set BROWSER_PATH if Chromium is not on
+PATH; /usr/bin/chromium is used when present. The coloured-text preview is an HTML page
+(what `gr.HighlightedText` shows) screenshotted by the same Chromium.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WIDTH = 900
+
+
+def _browser() -> str | None:
+    path = os.environ.get("BROWSER_PATH")
+    if path and os.path.exists(path):
+        return path
+    for name in ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name) or (name if os.path.exists(name) else None)
+        if found:
+            os.environ.setdefault("BROWSER_PATH", found)
+            return found
+    return None
+
+
+def tiny_model_steps(max_new_tokens: int = 60) -> tuple[list[Any], Any]:
+    """Real step records: the tiny random Llama from tests/tiny.py and the real RACER drafter."""
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "tests"))
+    import random
+
+    from racer import DecodeConfig, DecodeRun, make_drafter
+    from tiny import tiny_lm  # type: ignore[import-not-found]
+
+    lm = tiny_lm(vocab=96)
+    rng = random.Random(0)
+    chunk = [rng.randrange(96) for _ in range(8)]
+    prompt = (chunk + [rng.randrange(96) for _ in range(3)]) * 4
+    run = DecodeRun(lm, prompt, make_drafter("racer", vocab_size=96),
+                    DecodeConfig(max_new_tokens=max_new_tokens, capacity=64, detail=True))
+    steps = list(run)
+    return steps, run.result
+
+
+def tiny_decode(t: int) -> str:
+    return f"t{int(t)} "
+
+
+def spans_html(spans: list[tuple[str, str | None]], step_of: list[int], title: str) -> str:
+    from .colors import SOURCE_COLORS, SOURCE_NAMES, tint
+    parts = []
+    prev = None
+    for (text, label), k in zip(spans, step_of):
+        sep = '<span class="sep"></span>' if prev is not None and k != prev and k >= 0 else ""
+        prev = k
+        t = html.escape(text).replace("\n", "⏎<br>")
+        if label is None:
+            parts.append(f'{sep}<span class="plain">{t}</span>')
+        else:
+            c = SOURCE_COLORS[label]
+            parts.append(f'{sep}<span class="tok" style="background:{tint(c, 0.35)};border-bottom:3px solid {c}" '
+                         f'title="{label} · step {k}">{t}</span>')
+    legend = "".join(f'<span class="key"><span class="sw" style="background:{SOURCE_COLORS[s]}"></span>{SOURCE_NAMES[s]}'
+                     f'</span>' for s in ("root", "retrieval", "logits", "both"))
+    return f"""<!doctype html><html><head><meta charset="utf-8"><style>
+body {{ font-family: DejaVu Sans, sans-serif; margin: 14px; width: {WIDTH - 28}px; color: #222; }}
+h3 {{ margin: 0 0 4px 0; font-weight: 500; }} .sub {{ color: #555; font-size: 12px; margin-bottom: 8px; }}
+.legend {{ font-size: 12px; margin-bottom: 10px; }} .key {{ margin-right: 16px; }}
+.sw {{ display: inline-block; width: 12px; height: 12px; margin-right: 5px; vertical-align: -1px; }}
+.text {{ font-size: 15px; line-height: 1.9; white-space: pre-wrap; }}
+.tok {{ padding: 1px 0; }} .plain {{ color: #777; }}
+.sep {{ display: inline-block; width: 1px; height: 1.1em; background: #999; margin: 0 1px; vertical-align: -2px; }}
+</style></head><body><h3>{html.escape(title)}</h3>
+<div class="sub">Each token is coloured by how it was produced; thin bars mark step boundaries (one forward pass each).</div>
+<div class="legend">{legend}</div><div class="text">{''.join(parts)}</div></body></html>"""
+
+
+def screenshot_html(page: str, out: Path, height: int, browser: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "page.html"
+        f.write_text(page, encoding="utf-8")
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
+                        f"--user-data-dir={tmp}/profile",
+                        f"--screenshot={out}", f"--window-size={WIDTH},{height}", f.as_uri()],
+                       check=True, capture_output=True, timeout=120)
+
+
+def build(with_model: bool = True) -> tuple[dict[str, Any], dict[str, tuple[str, list, list]]]:
+    """All gallery figures by file stem, plus coloured-text pages."""
+    from . import samples as S
+    from .acceptance_figure import acceptance_by_source, acceptance_histogram
+    from .automaton_figure import automaton_figure
+    from .benchmark_figure import benchmark_figure
+    from .cost_figure import cost_figure
+    from .latency_figure import latency_figure
+    from .race_figure import race_figure
+    from .text_spans import text_spans
+    from .tree_figure import draft_tree_figure
+
+    figs: dict[str, Any] = {
+        "tree_64": draft_tree_figure(S.step_record(), S.decode, width=WIDTH),
+        "tree_small": draft_tree_figure(S.small_step_record(), S.decode, width=WIDTH),
+        "tree_120_compact": draft_tree_figure(S.big_step_record(), S.decode, width=WIDTH),
+        "automaton": automaton_figure(S.automaton_snapshot(), S.decode, width=WIDTH),
+        "race": race_figure(S.race_data(), width=WIDTH),
+        "acceptance_hist": acceptance_histogram(S.accept_lengths(), width=WIDTH),
+        "acceptance_by_source": acceptance_by_source(S.decode_steps(), width=WIDTH),
+        "latency": latency_figure(S.latency_data(), width=WIDTH),
+        "cost_curve": cost_figure(S.cost_curve(), width=WIDTH),
+        "benchmark": benchmark_figure(S.benchmark_summary(), width=WIDTH),
+    }
+    pages = {"text_spans": ("Generated text by source (synthetic sample)",) + text_spans(S.decode_steps(), S.decode)}
+    if with_model:
+        steps, result = tiny_model_steps()
+        best = max((s for s in steps if s.forwarded),
+                   key=lambda s: (len(s.accepted) > 1, len(set(s.tree.sources)), len(s.tree), -s.index))
+        figs["tiny_tree"] = draft_tree_figure(best, tiny_decode, width=WIDTH,
+                                              title=f"Draft tree · step {best.index} (tiny random model, real RACER drafter)")
+        with_snap = [s for s in steps if s.info.get("automaton")]
+        cands = [(automaton_figure(s.info["automaton"], tiny_decode, width=WIDTH,
+                                   title=f"Automaton · step {s.index} (tiny model, real drafter)"), s) for s in with_snap]
+        figs["tiny_automaton"] = max(cands, key=lambda fs: (fs[0].layout.meta["fail_links"],
+                                                            len({n["age"] for n in fs[1].info["automaton"]["nodes"]})))[0]
+        figs["tiny_acceptance_by_source"] = acceptance_by_source(steps, width=WIDTH,
+                                                                 title="Committed tokens by source (tiny model)")
+        pages["tiny_text_spans"] = ("Generated text by source (tiny random model, real RACER drafter)",) + \
+            text_spans(steps, tiny_decode)
+    return figs, pages
+
+
+def render(outdir: Path, with_model: bool = True) -> list[Path]:
+    import plotly.io as pio
+
+    browser = _browser()
+    outdir.mkdir(parents=True, exist_ok=True)
+    figs, pages = build(with_model)
+    paths = [outdir / f"{k}.png" for k in figs]
+    t0 = time.perf_counter()
+    pio.write_images(list(figs.values()), paths, width=[f.layout.width or WIDTH for f in figs.values()],
+                     height=[f.layout.height or 500 for f in figs.values()], scale=1)
+    out = list(paths)
+    if browser:
+        for k, (title, spans, step_of) in pages.items():
+            lines = sum(len(t) for t, _ in spans) / 95 + sum(t.count("\n") for t, _ in spans)
+            p = outdir / f"{k}.png"
+            screenshot_html(spans_html(spans, step_of, title), p, int(130 + 29 * (lines + 1)), browser)
+            out.append(p)
+    print(f"rendered {len(out)} images to {outdir} in {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("outdir", type=Path)
+    ap.add_argument("--no-model", action="store_true", help="skip the tiny-model figures")
+    args = ap.parse_args(argv)
+    for p in render(args.outdir, with_model=not args.no_model):
+        print(p)
+
+
+if __name__ == "__main__":
+    main()
