@@ -16,7 +16,7 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	touch $@
 
 run: setup
-	$(PY) -m racer "Summarise in one sentence: RACER drafts tokens from text it has already seen and from logits it remembers, and the model checks all of them at once." --method racer --max-new-tokens 96
+	$(PY) app.py
 
 cli: setup
 	$(PY) -m racer "$(PROMPT)" --method racer
@@ -26,3 +26,9 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not real_model and not browser"
+
+bench: setup
+	$(PY) -m racer.bench --methods ar,pld,tr,racer,hf,hf-pld --max-new-tokens 256 --out benchmarks/local
+
+gallery: setup
+	$(PY) -m visuals.gallery docs/gallery

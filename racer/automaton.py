@@ -413,6 +413,13 @@ class Automaton:
         for group in (bs, chain, sel, bkids, rec):
             for u in group:
                 add(u)
+        # Close under failure links where room allows, so the dashed arrows land on drawn nodes.
+        pending = list(chosen)
+        while pending:
+            u = pending.pop()
+            f = self.fail(u) if u > 0 else 0
+            if f > 0 and f not in chosen and add(f):
+                pending.extend(w for w in chosen if w not in pending)
         # Fill up to 20 with the busiest children of what is shown (a readable neighbourhood).
         frontier = list(chosen)
         while len(chosen) < min(20, max_nodes, self._size + 1) and frontier:

@@ -10,7 +10,6 @@ import hashlib
 import json
 import platform
 import random
-import statistics
 import time
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
@@ -131,7 +130,12 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                 cache.crop(-size)
                 if r:  # the first call warms the kernels for this shape
                     times.append(dt)
-            row.append(statistics.median(times))
+            # Interference from other processes only ever adds time: the minimum is the
+            # machine's own cost.
+            row.append(min(times))
+        # Larger trees never cost less; enforce it so one noisy point cannot mislead sizing.
+        for si in range(1, len(row)):
+            row[si] = max(row[si], row[si - 1])
         grid.append(row)
     return CostCurve(list(sizes), list(contexts), grid, curve_key(lm), time.strftime("%Y-%m-%d %H:%M:%S"))
 

@@ -70,8 +70,6 @@ class Session:
 class BenchMethod:
     """A method the benchmark can run. Subclass with `name` and `session()`."""
     name: str = "?"
-    #: Greedy output must equal ar's token for token (anything else is reported and checked).
-    lossless: bool = True
 
     def session(self, lm: LoadedModel) -> Session:  # pragma: no cover - interface
         raise NotImplementedError
@@ -122,11 +120,10 @@ class LoopMethod(BenchMethod):
     `accept` (optional) replaces the loop's acceptance rule (tests use it to plant a bug)."""
 
     def __init__(self, name: str, factory: Callable[[LoadedModel], Drafter] | None = None,
-                 accept: Callable[..., tuple[list[int], int]] | None = None, lossless: bool = True) -> None:
+                 accept: Callable[..., tuple[list[int], int]] | None = None) -> None:
         self.name = name
         self.factory = factory or (lambda lm: make_drafter(name, vocab_size=lm.vocab_size))
         self.accept = accept
-        self.lossless = lossless
 
     def session(self, lm: LoadedModel) -> Session:
         return LoopSession(self, lm)

@@ -1,0 +1,166 @@
+"""python -m racer.bench --methods ar,racer,hf --max-new-tokens 256 --out benchmarks/cpu-smollm2
+
+Exit status: 0 done, 1 done but a greedy method's output differed from ar's beyond a
+floating-point tie (a bug), 2 bad arguments or model, 130 interrupted (what finished is kept).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from .data import DEFAULT_DATA
+    from .methods import ALL_METHODS
+    from . import DEFAULT_METHODS
+    p = argparse.ArgumentParser(prog="python -m racer.bench",
+                                description="Benchmark every decoding method (and transformers' generate) on a JSONL "
+                                            "of {question_id, category, turns}; writes results.jsonl, summary.json, "
+                                            "report.md and plots/ into --out.")
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="JSONL rows (default: the shipped assets/bench_prompts.jsonl)")
+    p.add_argument("--limit", type=int, default=None, help="run only the first N rows (after --categories)")
+    p.add_argument("--per-category", type=int, default=None, help="run only the first N rows of each category")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--turns", choices=("all", "first"), default="all", help="all turns of each row, or the first only")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, run interleaved in this order; known: {','.join(ALL_METHODS)}")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--capacity", default=None, help="draft tree size incl. the root, or 'auto' (default: the library's)")
+    p.add_argument("--model", default="default", help="'default', a hub id, a local folder or a .gguf file")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the identity check runs only then)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = off (passed to generate() explicitly too)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1, help="time every turn R times (interleaved); report the median")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes over every method")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-cost-curve", action="store_true", help="skip measuring the cost curve")
+    p.add_argument("--no-images", action="store_true", help="HTML plots only (no PNG rendering)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: re-render report.md and plots/ from --out's summary.json")
+    return p.parse_args(argv)
+
+
+def _capacity(text: str | None) -> int | str | None:
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--capacity must be 'auto' or a whole number, not {text!r}") from None
+    if value < 1:
+        raise ValueError("--capacity must be at least 1")
+    return value
+
+
+def print_table(summary: dict, out=sys.stdout) -> None:
+    rows = [("method", "turns", "MAT", "tok/s", "vs ar", "vs hf", "identical")]
+    for m, d in summary["methods"].items():
+        o = d["overall"]
+        f = lambda x, nd=2, s="": "-" if x is None else f"{x:.{nd}f}{s}"  # noqa: E731
+        ident = o.get("identical_to_ar")
+        rows.append((m, str(o["turns"]), f(o.get("mat")), f(o.get("tokens_per_s"), 1), f(o.get("speedup_vs_ar"), 2, "x"),
+                     f(o.get("speedup_vs_hf"), 2, "x"), "-" if ident is None else f"{ident}/{o['turns']}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
+
+
+def report_only(out: Path, images: bool = True) -> int:
+    import json
+    from .report import write_report
+    try:
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {out / 'summary.json'}: {e}", file=sys.stderr)
+        return 2
+    for n in write_report(out, summary, images=images)["notes"]:
+        print(f"note: {n}", file=sys.stderr)
+    print(f"wrote {out / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.report_only:
+        return report_only(Path(args.out), images=not args.no_images)
+    from ..models import ModelLoadError, load_model
+    from . import BenchSettings, get_method, load_rows, run_benchmark
+
+    try:
+        capacity = _capacity(args.capacity)
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        for m in methods:
+            get_method(m)
+        if len(set(methods)) != len(methods):
+            raise ValueError("a method is listed twice in --methods")
+        cats = [c for c in args.categories.split(",")] if args.categories else None
+        rows, skipped = load_rows(args.data, categories=cats, limit=args.limit, per_category=args.per_category,
+                                  turns=args.turns)
+        if args.repeats < 1 or args.max_new_tokens < 1:
+            raise ValueError("--repeats and --max-new-tokens must be at least 1")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"error: no rows to run from {args.data}" + (f" ({len(skipped)} skipped)" if skipped else ""),
+              file=sys.stderr)
+        for s in skipped:
+            print(f"  skipped line {s.line}: {s.reason}", file=sys.stderr)
+        return 2
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    try:
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    except ModelLoadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    settings = BenchSettings(max_new_tokens=args.max_new_tokens, capacity=capacity, temperature=args.temperature,
+                             top_p=args.top_p, top_k=args.top_k, seed=args.seed, repeats=args.repeats,
+                             warmup=args.warmup)
+    n_turns = sum(len(r.turns) for r in rows)
+    print(f"{lm.name} on {lm.device} {str(lm.dtype).replace('torch.', '')}: {len(rows)} rows, {n_turns} turns, "
+          f"methods {','.join(methods)}, {args.repeats} repeat(s) -> {args.out}", file=sys.stderr)
+    command = "python -m racer.bench " + shlex.join(argv)
+    try:
+        out = run_benchmark(lm, rows, methods, settings, out_dir=args.out, skipped=skipped, command=command,
+                            data={"path": args.data, "rows_in_file_selected": len(rows), "turns": args.turns,
+                                  "limit": args.limit, "per_category": args.per_category, "categories": cats},
+                            cost_curve=not args.no_cost_curve, images=not args.no_images,
+                            progress=not args.no_progress)
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    s = out.summary
+    print_table(s)
+    for n in out.notes:
+        print(f"note: {n}", file=sys.stderr)
+    outdir = Path(args.out)
+    print(f"wrote {outdir / 'results.jsonl'}, {outdir / 'summary.json'}, {outdir / 'report.md'}", file=sys.stderr)
+    if s.get("interrupted"):
+        return 130
+    chk = s.get("identical_check")
+    if chk is not None and not chk["ok"]:
+        print("ERROR: a greedy method's output differs from ar's beyond a floating-point tie; see report.md",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
