@@ -146,7 +146,7 @@ class DecodeRun:
 
             t0 = time.perf_counter()
             # Leave a slot for the root the forward will fix, so prompt + output never exceeds the context.
-            limit = self.sizer.max_size if self.sizer else int(cfg.capacity)
+            limit = self.sizer.pool_size if self.sizer else int(cfg.capacity)
             capacity = max(1, min(limit, lm.max_context - past - 1))
             tree = drafter.propose(context, root, capacity)
             ta = time.perf_counter()

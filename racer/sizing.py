@@ -129,9 +129,12 @@ def prune(tree: DraftTree, keep: list[int], probs: list[float] | None = None) ->
 class Sizer:
     """Per-session sizing state: the acceptance model and the per-step overhead estimate."""
 
-    def __init__(self, curve: Any, max_size: int | None = None) -> None:
+    def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2) -> None:
         self.curve = curve
         self.max_size = max_size or max(curve.sizes)
+        # Drafters propose a larger pool than can be verified, so that learned acceptance (not
+        # the drafter's fixed order, e.g. retrieval before logits) decides what fills the tree.
+        self.pool_size = self.max_size * max(1, pool_factor)
         self.model = AcceptanceModel()
         self.overhead_ms = 1.0  # draft + acceptance + cache + update; tracked as a moving average
 

@@ -19,6 +19,8 @@ _FACTORIES: dict[str, tuple[Callable[..., Drafter], dict[str, Any]]] = {
     "racer-hard": (RacerDrafter, {"merge": "hard"}),
     "racer-retrieval": (RacerDrafter, {"logits": False}),
     "racer-logits": (RacerDrafter, {"retrieval": False}),
+    # The released code's breadth rule (halving at the root too), for the ablation table.
+    "racer-released": (RacerDrafter, {"breadth_rule": "released"}),
 }
 
 METHODS: tuple[str, ...] = tuple(_FACTORIES)

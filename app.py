@@ -1,0 +1,293 @@
+"""RACER Studio — the Gradio app (layout and wiring only; logic lives in racer_app/ and racer/).
+
+    python app.py            # loads the default model, serves http://localhost:7860 (PORT to change)
+
+Environment: RACER_MODEL (start-up model, default "default"), RACER_ALLOWED_MODELS (comma-
+separated ids/folders users may pick; off by default), RACER_DEVICE / RACER_DTYPE, PORT, HOST,
+and the per-request limits in racer_app/settings.py (RACER_MAX_NEW_TOKENS, ...).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from racer_app import explainer as X
+from racer_app.format import (METHOD_TITLES, lane_header_html, legend_html, text_color_map)
+from racer_app.gpu import on_gpu, zero_gpu
+from racer_app.handlers import RACE_METHODS, Studio, example_label, load_examples
+from racer_app.models import ModelStore
+from racer_app.session import Session
+from racer_app.settings import (BREADTH_RULES, MERGE_CHOICES, Limits, allowed_models_from_env,
+                                auto_capacity_supported)
+
+HERE = Path(__file__).resolve().parent
+ASSETS = HERE / "assets"
+BENCH_METHODS = ["ar", "tr", "racer", "pld", "racer-retrieval", "racer-logits", "racer-half", "racer-hard", "hf"]
+
+HEADER = """<div class="racer-title"><h1>🏎️ RACER Studio</h1>
+<p>Speculative decoding without a draft model: drafts from what the text already said (retrieval) and from what
+the model predicted before (copy-logit), checked in one pass. Same output, fewer forward passes.</p></div>"""
+
+
+def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits | None = None) -> gr.Blocks:
+    """The app. `lm` injects a loaded model (tests); without it the start-up model loads in the
+    background (status shown at the top)."""
+    background = store is None and lm is None
+    if store is None:
+        store = ModelStore(lm, allowed=allowed_models_from_env())
+        if lm is None:
+            store.start(background=True)
+    studio = Studio(store, limits)
+    if background:
+        studio.warm_up_in_background()
+    lim, d = studio.limits, studio.defaults
+    examples = load_examples()
+    decode = dict(concurrency_id="decode", concurrency_limit=lim.decode_concurrency)
+    light = dict(concurrency_id="light", concurrency_limit=None, show_progress="hidden")
+
+    with gr.Blocks(title="RACER Studio") as demo:
+        sess = gr.State(Session)
+        # The browser's viewport width (set on load), so figures laid out in pixels fit phones.
+        viewport = gr.Number(value=0, visible=False, elem_id="viewport")
+        gr.HTML(HEADER)
+        model_md = gr.Markdown("⏳ Loading the model…", elem_id="model-status")
+        status_timer = gr.Timer(1.0, active=True)
+
+        with gr.Tabs(elem_id="tabs") as tabs:
+            # -- 1. Race ----------------------------------------------------------------------
+            with gr.Tab("Race", id="race", elem_id="tab-race"):
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=3, min_width=300):
+                        prompt = gr.Textbox(label="Prompt", lines=5, max_lines=14, elem_id="prompt",
+                                            placeholder="Ask something, or pick an example →")
+                        with gr.Accordion("System prompt (optional)", open=False):
+                            system = gr.Textbox(show_label=False, lines=2, placeholder="e.g. You are a helpful assistant.",
+                                                elem_id="system")
+                        with gr.Row(elem_classes=["racer-controls"]):
+                            run_btn = gr.Button("Run the race", variant="primary", elem_id="run")
+                            stop_btn = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop")
+                    with gr.Column(scale=2, min_width=280):
+                        gr.Examples(examples=[[e["prompt"], e.get("system", "")] for e in examples],
+                                    inputs=[prompt, system], example_labels=[example_label(e) for e in examples],
+                                    label="Example prompts (where RACER shines, and where it cannot)",
+                                    examples_per_page=8)
+                        with gr.Accordion("Why these examples?", open=False):
+                            gr.Markdown("\n".join(f"- **{e['title']}**: {e['why']}" for e in examples))
+                race_status = gr.Markdown(elem_id="race-status")
+                gr.HTML(legend_html(extra="Draft tokens the model accepted are coloured by where they came from."))
+                lane_out = []
+                with gr.Row(equal_height=False):
+                    for m in RACE_METHODS:
+                        with gr.Column(min_width=260, elem_classes=["racer-lane"]):
+                            gr.HTML(lane_header_html(m))
+                            stats = gr.Markdown(elem_id=f"stats-{m}")
+                            text = gr.HighlightedText(value=[], color_map=text_color_map(), show_legend=False,
+                                                      show_inline_category=False, show_label=False,
+                                                      elem_id=f"text-{m}", elem_classes=["racer-text"],
+                                                      show_whitespaces=True)
+                            lane_out += [stats, text]
+                race_plot = gr.Plot(show_label=False, elem_id="race-plot", elem_classes=["racer-plot"], visible=False)
+                verdict = gr.Markdown(elem_id="verdict")
+
+            # -- 2. Step inspector ------------------------------------------------------------------
+            with gr.Tab("Step inspector", id="inspector", elem_id="tab-inspector") as tab_insp:
+                insp_header = gr.Markdown(elem_id="insp-header")
+                with gr.Row(elem_classes=["racer-controls"]):
+                    prev_btn = gr.Button("◀ Prev", size="sm", min_width=70, elem_id="prev")
+                    play_btn = gr.Button("▶ Play", size="sm", min_width=80, elem_id="play")
+                    next_btn = gr.Button("Next ▶", size="sm", min_width=70, elem_id="next")
+                    slider = gr.Slider(1, 2, value=1, step=1, label="Step", interactive=False, scale=4,
+                                       min_width=200, elem_id="step-slider")
+                sentence = gr.Markdown(elem_id="step-sentence")
+                insp_text = gr.HighlightedText(value=[], color_map=text_color_map(current=True), show_legend=False,
+                                               show_inline_category=False, elem_id="insp-text",
+                                               label="Generated text (this step's tokens stand out) — click a token "
+                                                     "to jump to its step", elem_classes=["racer-text-short"],
+                                               show_whitespaces=True)
+                gr.HTML(legend_html())
+                tree_plot = gr.Plot(show_label=False, elem_id="tree-plot", elem_classes=["racer-plot"])
+                step_cost = gr.Plot(show_label=False, elem_id="step-cost", elem_classes=["racer-plot"], visible=False)
+                auto_plot = gr.Plot(show_label=False, elem_id="automaton-plot", elem_classes=["racer-plot"])
+                rows_html = gr.HTML(elem_id="copy-rows")
+                with gr.Accordion("Chat with RACER — its automaton and copy-logit table persist across turns",
+                                  open=False, elem_id="chat-acc"):
+                    chatbot = gr.Chatbot(height=300, show_label=False, elem_id="chatbot")
+                    with gr.Row():
+                        chat_in = gr.Textbox(show_label=False, placeholder="Message…", scale=4, elem_id="chat-in")
+                        send_btn = gr.Button("Send", variant="primary", scale=1, min_width=80)
+                        chat_stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
+                        reset_btn = gr.Button("Reset chat", scale=1, min_width=100)
+                    chat_status = gr.Markdown()
+                play_timer = gr.Timer(0.9, active=False)
+                playing = gr.State(False)
+
+            # -- 3. Benchmark ---------------------------------------------------------------------
+            with gr.Tab("Benchmark", id="bench", elem_id="tab-bench") as tab_bench:
+                gr.Markdown("Run the shipped benchmark (40 original prompts in 8 categories) on **this** hardware. "
+                            "Every method decodes the same prompts, interleaved so a busy machine slows all alike; "
+                            "speed-ups are in wall-clock time against plain decoding. The settings of the Settings "
+                            "view apply.")
+                cats = ["all"] + studio.bench_categories()
+                with gr.Row():
+                    b_cat = gr.Dropdown(cats, value="all", label="Category", min_width=160)
+                    b_n = gr.Slider(1, 5, value=1, step=1, label="Prompts per category", min_width=160)
+                    b_max = gr.Slider(8, min(256, lim.max_new_tokens), value=128 if lim.on_gpu else 64, step=8,
+                                      label="New tokens per prompt", min_width=160)
+                with gr.Row():
+                    b_methods = gr.CheckboxGroup(BENCH_METHODS, value=["ar", "tr", "racer"], label="Methods",
+                                                 scale=3)
+                    b_curve = gr.Checkbox(value=lim.on_gpu, label="Measure the cost curve at these prompts' lengths",
+                                          info="a minute or more on a small CPU; unticked, the curve that sizes "
+                                               "trees (capacity auto) is shown", scale=1)
+                with gr.Row(elem_classes=["racer-controls"]):
+                    bench_btn = gr.Button("Run the benchmark", variant="primary", elem_id="bench-run")
+                    bench_stop = gr.Button("Stop", variant="stop", elem_id="bench-stop")
+                bench_status = gr.Markdown(elem_id="bench-status")
+                overall_md = gr.Markdown(elem_classes=["racer-table"])
+                cat_md = gr.Markdown(elem_classes=["racer-table"])
+                b_fig = gr.Plot(show_label=False, elem_classes=["racer-plot"], visible=False)
+                acc_fig = gr.Plot(show_label=False, elem_classes=["racer-plot"], visible=False)
+                lat_fig = gr.Plot(show_label=False, elem_classes=["racer-plot"], visible=False)
+                tvt_fig = gr.Plot(show_label=False, elem_classes=["racer-plot"], visible=False)
+                cost_fig = gr.Plot(show_label=False, elem_classes=["racer-plot"], elem_id="cost-plot", visible=False)
+                cost_md = gr.Markdown(elem_classes=["racer-table"])
+                files = gr.File(label="Report (markdown + summary.json)", file_count="multiple", interactive=False,
+                                visible=False)
+
+            # -- 4. How it works --------------------------------------------------------------------
+            with gr.Tab("How it works", id="explain", elem_id="tab-explain") as tab_explain:
+                gr.Markdown(X.INTRO)
+                ex_intro = gr.Markdown("*Loading the preset run…*", elem_id="explain-intro")
+                gr.Markdown(X.SECTIONS["tree"])
+                ex_tree_s = gr.Markdown()
+                ex_tree = gr.Plot(show_label=False, elem_classes=["racer-plot"], elem_id="explain-tree")
+                gr.Markdown(X.SECTIONS["automaton"])
+                ex_auto_s = gr.Markdown()
+                ex_auto = gr.Plot(show_label=False, elem_classes=["racer-plot"])
+                gr.Markdown(X.SECTIONS["logits"])
+                ex_rows_s = gr.Markdown()
+                ex_rows = gr.HTML()
+                gr.Markdown(X.SECTIONS["merge"])
+                ex_src = gr.Plot(show_label=False, elem_classes=["racer-plot"])
+                gr.Markdown(X.SECTIONS["cost"])
+                ex_cost = gr.Plot(show_label=False, elem_classes=["racer-plot"])
+                gr.Markdown(X.SECTIONS["limits"])
+                to_insp = gr.Button("Step through this preset run in the Step inspector")
+
+            # -- 5. Settings -------------------------------------------------------------------
+            with gr.Tab("Settings", id="settings", elem_id="tab-settings"):
+                settings_md = gr.Markdown()
+                allowed = store.allowed
+                s_model = gr.Dropdown(allowed, value="default", label="Model", interactive=len(allowed) > 1,
+                                      info=("the models this server allows" if len(allowed) > 1 else
+                                            "this server runs its default model only (RACER_ALLOWED_MODELS opens more)"))
+                with gr.Row():
+                    auto_ok = auto_capacity_supported()
+                    s_mode = gr.Radio(["auto", "fixed"], value=d.capacity_mode, label="Draft tree capacity",
+                                      interactive=auto_ok,
+                                      info="auto: sized every step from this machine's cost curve" if auto_ok else
+                                      "auto sizing is not available in this build")
+                    s_cap = gr.Slider(1, 128, value=d.capacity, step=1, label="Fixed capacity (nodes incl. root)",
+                                      info="RACER and Token Recycling get the same size")
+                with gr.Row():
+                    s_acap = gr.Slider(64, 100_000, value=d.automaton_capacity, step=64, label="Automaton capacity (nodes)")
+                    s_win = gr.Slider(2, 32, value=d.window, step=1, label="n-gram window")
+                with gr.Row():
+                    s_topk = gr.Slider(1, 8, value=d.topk, step=1, label="Logits breadth K (copy-logit row length)")
+                    s_rule = gr.Radio(list(BREADTH_RULES), value=d.breadth_rule, label="Breadth rule",
+                                      info="paper: the root's children are not halved; released: they are")
+                    s_merge = gr.Radio(list(MERGE_CHOICES), value=d.merge, label="Merge strategy",
+                                       info="merge: retrieval first, logits fill the rest; half: 50/50; "
+                                            "hard: logits only when retrieval finds nothing")
+                with gr.Row():
+                    s_temp = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="Temperature (0 = greedy)")
+                    s_topp = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="Top-p")
+                    s_seed = gr.Number(value=d.seed, precision=0, label="Seed")
+                s_max = gr.Slider(1, lim.max_new_tokens, value=d.max_new_tokens, step=1, label="Max new tokens",
+                                  info=f"this server allows up to {lim.max_new_tokens}")
+                s_reset = gr.Button("Restore defaults", size="sm")
+        gr.Markdown("<small>RACER: retrieval-augmented, copy-logit speculative decoding (ACL 2026 Findings). "
+                    "Each browser session keeps its own runs, chat and automata; nothing is shared between "
+                    "users.</small>")
+
+        settings = [s_model, s_mode, s_cap, s_acap, s_win, s_topk, s_rule, s_merge, s_temp, s_topp, s_seed, s_max]
+
+        # -- wiring ----------------------------------------------------------------------------------
+        status_timer.tick(studio.model_status, None, [model_md, status_timer], api_name=False, **light)
+        demo.load(studio.model_status, None, [model_md, status_timer], api_name=False, **light)
+        demo.load(studio.settings_info, None, [settings_md], api_name=False, **light)
+        demo.load(None, None, [viewport], js="() => window.innerWidth", api_name=False)
+
+        insp_outputs = [insp_header, slider, sentence, tree_plot, step_cost, auto_plot, rows_html, insp_text]
+        step_outputs = [sentence, tree_plot, step_cost, auto_plot, rows_html, insp_text]
+
+        race_fn = on_gpu(duration=int(lim.time_limit_s) + 30)(studio.race)
+        race_ev = run_btn.click(race_fn, [sess, viewport, prompt, system] + settings,
+                                [race_status] + lane_out + [race_plot, verdict, run_btn, stop_btn, sess],
+                                show_progress="minimal", api_name="race", **decode)
+        race_ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+        stop_btn.click(studio.stop, [sess], [race_status], cancels=[race_ev] if zero_gpu() else None, api_name="stop", **light)
+
+        tab_insp.select(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name="inspector", **light)
+        slider.change(studio.inspector_show, [sess, slider, viewport], step_outputs, api_name="inspector_step", **light)
+        prev_btn.click(lambda s, k: studio.inspector_move(s, k, -1), [sess, slider], [slider], api_name="prev", **light)
+        next_btn.click(lambda s, k: studio.inspector_move(s, k, +1), [sess, slider], [slider], api_name="next", **light)
+        play_btn.click(studio.inspector_play, [sess, slider, playing], [play_timer, play_btn, playing, slider], api_name=False, **light)
+        play_timer.tick(studio.inspector_tick, [sess, slider], [slider, play_timer, play_btn, playing], api_name=False, **light)
+        insp_text.select(studio.inspector_jump, [sess], [slider], api_name=False, **light)
+
+        chat_fn = on_gpu(duration=int(lim.time_limit_s) + 30)(studio.chat)
+        chat_args = dict(fn=chat_fn, inputs=[sess, chat_in, system] + settings,
+                         outputs=[chatbot, chat_in, chat_status, send_btn, sess], show_progress="minimal", **decode)
+        chat_send = send_btn.click(api_name="chat", **chat_args)
+        for ev in (chat_send, chat_in.submit(api_name=False, **chat_args)):
+            ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+        chat_stop.click(studio.stop, [sess], [chat_status], api_name=False, **light)
+        reset_btn.click(studio.chat_reset, [sess], [chatbot, chat_status], api_name="chat_reset", **light)
+
+        bench_fn = on_gpu(duration=int(lim.time_limit_s) * 4 + 60)(studio.benchmark)
+        bench_btn.click(bench_fn, [sess, viewport, b_cat, b_n, b_max, b_methods, b_curve] + settings,
+                        [bench_status, overall_md, cat_md, b_fig, acc_fig, lat_fig, tvt_fig, cost_fig, cost_md, files,
+                         sess], api_name="benchmark", **decode)
+        tab_bench.select(studio.bench_initial, [sess, viewport], [bench_status, overall_md, cat_md, b_fig, acc_fig, lat_fig,
+                                                         tvt_fig, cost_fig, cost_md, files], api_name=False, **light)
+        bench_stop.click(studio.stop, [sess], [bench_status], api_name=False, **light)
+
+        # Light: the preset run behind these figures is made once, in the background after start-up.
+        explain_fn = on_gpu(duration=60)(studio.explainer)
+        tab_explain.select(explain_fn, [sess, viewport] + settings,
+                           [ex_intro, ex_tree_s, ex_tree, ex_auto_s, ex_auto, ex_rows_s, ex_rows, ex_src, ex_cost],
+                           api_name="explainer", **light)
+        to_insp.click(studio.explainer_to_inspector, [sess], [sess, tabs], api_name=False, **light).then(
+            studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+
+        def restore() -> list[Any]:
+            return [d.model, d.capacity_mode, d.capacity, d.automaton_capacity, d.window, d.topk, d.breadth_rule,
+                    d.merge, d.temperature, d.top_p, d.seed, d.max_new_tokens]
+        s_reset.click(restore, None, settings, api_name=False, **light)
+
+    demo.queue(default_concurrency_limit=lim.decode_concurrency, max_size=64)
+    return demo
+
+
+def launch_kwargs() -> dict[str, Any]:
+    """Arguments for `demo.launch` shared by `python app.py` and the tests (Gradio 6 takes the
+    theme and CSS here)."""
+    return dict(css_paths=[str(ASSETS / "style.css")], theme=gr.themes.Soft(), ssr_mode=False,
+                allowed_paths=[str(ASSETS)], footer_links=["api"])
+
+
+def main() -> None:
+    port = int(os.environ.get("PORT", os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    host = os.environ.get("HOST", os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"))
+    demo = build_app()
+    print(f"RACER Studio: http://localhost:{port}  (loading {os.environ.get('RACER_MODEL', 'the default model')}; "
+          f"status at the top of the page)", flush=True)
+    demo.launch(server_name=host, server_port=port, **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""A fair race of several decode methods on one device.
+
+    race = Race(lm, input_ids, {"racer": make_drafter("racer", ...), "ar": ..., "tr": ...}, cfg)
+    for lane, step in race:        # one (Lane, StepRecord) per step of whichever method ran
+        ...
+    race.lanes["racer"].tokens, race.compare()
+
+One loop owns every method's `DecodeRun` iterator and always advances the method with the
+least of its *own* accumulated compute time (its prefill plus its steps, measured with
+`perf_counter` around each `next()`; `DecodeRun` synchronises the GPU inside each step). So at
+any moment every lane shows what its method had produced after the same amount of its own
+work, on one device, without the methods competing for it. Picture data (`detail=True`) is
+only asked of the methods in `detail_for`; the drafting time it adds (draft time beyond the
+drafter's own `draft_breakdown`) is not charged to that lane's clock.
+
+Do not use `DecodeRun.result.tokens_per_s` of a raced run: its wall clock includes the time
+the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from .drafters.base import Drafter
+from .loop import DecodeConfig, DecodeRun
+from .models import LoadedModel
+from .records import DecodeResult, StepRecord
+
+
+@dataclass
+class Lane:
+    """One method's progress in a race."""
+    method: str
+    run: DecodeRun
+    detail: bool = False
+    compute_s: float = 0.0              # own compute: prefill + steps (picture overhead excluded)
+    prefill_s: float = 0.0
+    tokens: list[int] = field(default_factory=list)
+    steps: int = 0                      # step records (each commits >= 1 token)
+    forwards: int = 0                   # verification forwards
+    points: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])
+    started: bool = False
+    done: bool = False
+    stop_reason: str | None = None
+    result: DecodeResult | None = None
+    last_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def mat(self) -> float:
+        """Mean tokens committed per step (= per verification forward, plus a final commit)."""
+        return self.n_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_tokens / self.compute_s if self.compute_s > 0 else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"method": self.method, "tokens": self.n_tokens, "steps": self.steps, "forwards": self.forwards,
+                "mat": round(self.mat, 4), "tokens_per_s": round(self.tokens_per_s, 3),
+                "compute_s": round(self.compute_s, 4), "prefill_s": round(self.prefill_s, 4),
+                "done": self.done, "stop_reason": self.stop_reason}
+
+
+@dataclass
+class Comparison:
+    """Whether the lanes produced the same tokens (they must under greedy decoding)."""
+    identical: bool
+    compared: int                       # tokens compared (the shortest lane's length)
+    first_diff: int | None              # token index of the first difference, if any
+    lengths: dict[str, int]
+    tokens_at_diff: dict[str, list[int]] = field(default_factory=dict)
+
+
+class Race:
+    """Iterate to race; see the module doc. `stop_event` ends the race promptly (every lane
+    stops at its next step boundary); `time_limit_s` bounds the whole race's wall time.
+    `configs` overrides the shared config per method; `run_kwargs` adds per-method `DecodeRun`
+    arguments (e.g. a tree sizer)."""
+
+    def __init__(self, lm: LoadedModel, input_ids: list[int], drafters: Mapping[str, Drafter],
+                 config: DecodeConfig | None = None, *, detail_for: tuple[str, ...] = ("racer",),
+                 configs: Mapping[str, DecodeConfig] | None = None,
+                 run_kwargs: Mapping[str, dict[str, Any]] | None = None,
+                 stop_event: threading.Event | None = None, time_limit_s: float | None = None,
+                 new_from: int = 0) -> None:
+        if not drafters:
+            raise ValueError("a race needs at least one method")
+        base = config or DecodeConfig()
+        self.stop_event = stop_event
+        self.time_limit_s = time_limit_s
+        # One internal event stops every run (an external stop or the race's own time limit).
+        self._halt = threading.Event()
+        self.stop_reason: str | None = None
+        self.lanes: dict[str, Lane] = {}
+        for method, drafter in drafters.items():
+            cfg = (configs or {}).get(method, base)
+            cfg = dataclasses.replace(cfg, detail=method in detail_for)
+            extra = dict((run_kwargs or {}).get(method) or {})
+            run = DecodeRun(lm, input_ids, drafter, cfg, stop_event=self._halt, new_from=new_from, **extra)
+            self.lanes[method] = Lane(method, run, detail=cfg.detail)
+        self.wall_s = 0.0
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def _next_lane(self) -> Lane | None:
+        live = [ln for ln in self.lanes.values() if not ln.done]
+        if not live:
+            return None
+        return min(live, key=lambda ln: ln.compute_s)
+
+    def _should_halt(self, t0: float) -> str | None:
+        if self.stop_event is not None and self.stop_event.is_set():
+            return "stopped"
+        if self.time_limit_s is not None and time.perf_counter() - t0 > self.time_limit_s:
+            return "time_limit"
+        return None
+
+    def __iter__(self) -> Iterator[tuple[Lane, StepRecord]]:
+        t0 = time.perf_counter()
+        iters: dict[str, Iterator[StepRecord]] = {}
+        try:
+            while True:
+                reason = self._should_halt(t0)
+                if reason:
+                    self.stop_reason = reason
+                    self._halt.set()
+                    self._drain(iters, reason)
+                    break
+                lane = self._next_lane()
+                if lane is None:
+                    break
+                it = iters.get(lane.method)
+                if it is None:
+                    it = iters[lane.method] = iter(lane.run)
+                    lane.started = True
+                t = time.perf_counter()
+                try:
+                    rec = next(it)
+                except StopIteration:
+                    lane.compute_s += time.perf_counter() - t
+                    self._finish(lane)
+                    continue
+                dt = time.perf_counter() - t
+                lane.compute_s += max(0.0, dt - self._picture_overhead(lane, rec))
+                lane.steps += 1
+                lane.forwards += 1 if rec.forwarded else 0
+                lane.tokens.extend(rec.committed)
+                lane.points.append((lane.compute_s, lane.n_tokens))
+                lane.last_info = rec.info
+                yield lane, rec
+        finally:
+            self.wall_s = time.perf_counter() - t0
+            for ln in self.lanes.values():
+                if not ln.started and not ln.done:
+                    ln.stop_reason = ln.stop_reason or self.stop_reason or "not_started"
+
+    @staticmethod
+    def _picture_overhead(lane: Lane, rec: StepRecord) -> float:
+        if not lane.detail:
+            return 0.0
+        parts = rec.info.get("draft_breakdown")
+        if not isinstance(parts, dict):
+            return 0.0
+        extra = float(rec.timings.get("draft_ms", 0.0)) - sum(float(v) for v in parts.values())
+        return max(0.0, extra) / 1e3
+
+    def _finish(self, lane: Lane) -> None:
+        lane.done = True
+        lane.result = lane.run.result
+        if lane.result is not None:
+            lane.stop_reason = lane.result.stop_reason
+            lane.prefill_s = lane.result.prefill_ms / 1e3
+
+    def _drain(self, iters: dict[str, Iterator[StepRecord]], reason: str) -> None:
+        """After a halt, let every started run reach its stop check (no forward happens)."""
+        for lane in self.lanes.values():
+            if lane.done:
+                continue
+            it = iters.get(lane.method)
+            if it is not None:
+                for _ in range(4):
+                    try:
+                        rec = next(it)
+                    except StopIteration:
+                        break
+                    # A step that was already computed before the halt: keep its tokens.
+                    lane.steps += 1
+                    lane.forwards += 1 if rec.forwarded else 0
+                    lane.tokens.extend(rec.committed)
+            self._finish(lane)
+            if lane.stop_reason in (None, "stopped"):
+                lane.stop_reason = reason
+
+    # -- results ----------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return all(ln.done for ln in self.lanes.values())
+
+    def compare(self) -> Comparison:
+        """Token-by-token comparison of every lane against the first, up to the shortest."""
+        lanes = list(self.lanes.values())
+        lengths = {ln.method: ln.n_tokens for ln in lanes}
+        n = min(lengths.values()) if lengths else 0
+        first = None
+        for i in range(n):
+            if len({ln.tokens[i] for ln in lanes}) > 1:
+                first = i
+                break
+        at = {}
+        if first is not None:
+            at = {ln.method: ln.tokens[first:first + 6] for ln in lanes}
+        return Comparison(first is None, n, first, lengths, at)
+
+    def summary(self) -> dict[str, Any]:
+        cmp = self.compare()
+        return {"lanes": {m: ln.summary() for m, ln in self.lanes.items()}, "wall_s": round(self.wall_s, 4),
+                "stop_reason": self.stop_reason, "identical": cmp.identical, "compared": cmp.compared,
+                "first_diff": cmp.first_diff}

@@ -1,0 +1,335 @@
+"""Text and HTML the views show: stats lines, the step sentence, copy-logit rows, the legend,
+the race verdict. Pure functions of plain data (no Gradio, no model)."""
+from __future__ import annotations
+
+import html
+from collections import Counter
+from typing import Any, Callable, Iterable, Sequence
+
+from visuals import SOURCE_COLORS, SOURCE_NAMES, method_color, token_sources
+from visuals.colors import tint
+from visuals.tokens import string_label, token_label, truncate, visible
+
+METHOD_TITLES = {"racer": "RACER", "ar": "Plain autoregressive", "tr": "Token Recycling"}
+METHOD_BLURBS = {
+    "racer": "retrieval + copy-logit draft tree",
+    "ar": "one token per forward pass",
+    "tr": "copy-logit rows in a fixed 80-node template",
+}
+STOP_WORDS = {
+    "eos": "finished (end of text)", "max_new_tokens": "finished (max new tokens)",
+    "context_limit": "finished (context full)", "stopped": "stopped", "time_limit": "stopped (time limit)",
+    "not_started": "not started",
+}
+
+# -- colours for coloured text --------------------------------------------------------------------
+
+#: Label -> colour for gr.HighlightedText (Gradio draws the background at 50 % alpha).
+#: The model's own token stays nearly plain; draft sources use the shared colour code.
+TEXT_COLORS: dict[str, str] = {
+    "root": "#E4E4E4",
+    "retrieval": SOURCE_COLORS["retrieval"],
+    "logits": SOURCE_COLORS["logits"],
+    "both": SOURCE_COLORS["both"],
+    "template": SOURCE_COLORS["template"],
+    "lookup": SOURCE_COLORS["lookup"],
+}
+CURRENT = "▶ "  # prefix of labels of the inspected step
+
+_MD_SPECIAL = {c: f"&#{ord(c)};" for c in "\\`*_{}[]#|~<>&"}
+
+
+def md_text(text: str) -> str:
+    """Model text made safe inside Markdown: HTML and Markdown syntax shown literally."""
+    return "".join(_MD_SPECIAL.get(ch, ch) for ch in text)
+
+
+def text_color_map(current: bool = False) -> dict[str, str]:
+    """Colour map for coloured text; with `current`, the other steps are faded and labels
+    prefixed with CURRENT carry the full colour."""
+    if not current:
+        return dict(TEXT_COLORS)
+    out = {k: (tint(v, 0.45) if k != "root" else "#F2F2F2") for k, v in TEXT_COLORS.items()}
+    out.update({CURRENT + k: (v if k != "root" else "#9E9E9E") for k, v in TEXT_COLORS.items()})
+    return out
+
+
+def legend_html(sources: Sequence[str] = ("root", "retrieval", "logits", "both", "template"),
+                extra: str = "") -> str:
+    chips = []
+    for s in sources:
+        c = TEXT_COLORS.get(s, "#999")
+        chips.append(f'<span class="racer-chip" style="background:{tint(c, 0.5) if s != "root" else c}">'
+                     f'{html.escape(SOURCE_NAMES.get(s, s))}</span>')
+    tail = f' <span class="racer-legend-note">{extra}</span>' if extra else ""
+    return f'<div class="racer-legend" role="note" aria-label="colour code">{"".join(chips)}{tail}</div>'
+
+
+# -- incremental coloured text (race columns) --------------------------------------------------------
+
+class SpanBuilder:
+    """Coloured spans of a growing token stream, decoded incrementally (a window of recent
+    tokens keeps multi-byte characters and merged spaces right) so each update is O(new)."""
+
+    def __init__(self, decode_many: Callable[[list[int]], str], colored: bool = True, window: int = 6) -> None:
+        self.decode_many = decode_many
+        self.colored = colored
+        self.window = window
+        self.ids: list[int] = []
+        self.read = 0
+        self.spans: list[tuple[str, str | None]] = []
+        self._pending: list[str | None] = []
+
+    def push_step(self, step: Any) -> None:
+        labels = token_sources(step) if self.colored else [None] * len(step.committed)
+        for tok, lab in zip(step.committed, labels):
+            self._push(int(tok), lab)
+
+    def _push(self, token: int, label: str | None) -> None:
+        self.ids.append(token)
+        self._pending.append(label)
+        start = max(0, self.read - self.window)
+        before = self.decode_many(self.ids[start:self.read]) if self.read > start else ""
+        now = self.decode_many(self.ids[start:])
+        if now.endswith("\ufffd"):
+            return  # an incomplete character: wait for the next token
+        text = now[len(before):]
+        self.read = len(self.ids)
+        lab = self._pending[-1]
+        self._pending = []
+        if not text:
+            return
+        if self.spans and self.spans[-1][1] == lab:
+            self.spans[-1] = (self.spans[-1][0] + text, lab)
+        else:
+            self.spans.append((text, lab))
+
+    @property
+    def text(self) -> str:
+        return "".join(t for t, _ in self.spans)
+
+
+# -- race -------------------------------------------------------------------------------------------
+
+def fmt_s(s: float) -> str:
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
+
+
+def lane_stats_md(lane: Any, running: bool) -> str:
+    """One line of numbers under a race column."""
+    state = "running…" if running and not lane.done else STOP_WORDS.get(lane.stop_reason or "", lane.stop_reason or "")
+    if not lane.started and running:
+        state = "waiting for its turn"
+    return (f"**{lane.n_tokens}** tokens · **{lane.steps}** steps · MAT **{lane.mat:.2f}**  \n"
+            f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} compute · *{state}*")
+
+
+def lane_header_html(method: str) -> str:
+    c = method_color(method if method != "tr" else "token_recycling")
+    return (f'<div class="racer-lane-head" style="border-color:{c}"><span class="racer-lane-dot" '
+            f'style="background:{c}"></span><b>{METHOD_TITLES.get(method, method)}</b>'
+            f'<span class="racer-lane-blurb">{METHOD_BLURBS.get(method, "")}</span></div>')
+
+
+def race_plot_data(lanes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """visuals.race_figure input from race lanes (x = each lane's own compute time)."""
+    key = {"tr": "token_recycling"}
+    out = {}
+    for m, ln in lanes.items():
+        out[key.get(m, m)] = {"points": list(ln.points),
+                              "final": {"tokens_per_s": ln.tokens_per_s, "mat": ln.mat, "steps": ln.steps}}
+    return out
+
+
+def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Callable[[list[int]], str],
+               stop_reason: str | None, chosen: str = "") -> str:
+    """The finish line: speedups over plain decoding and whether the outputs agree."""
+    lines = []
+    ar = lanes.get("ar")
+    if ar is not None and ar.tokens_per_s > 0:
+        parts = []
+        for m in ("racer", "tr"):
+            ln = lanes.get(m)
+            if ln is not None and ln.tokens_per_s > 0:
+                parts.append(f"**{METHOD_TITLES[m]} {ln.tokens_per_s / ar.tokens_per_s:.2f}×**"
+                             f" (MAT {ln.mat:.2f})")
+        if parts:
+            lines.append("Speed-up over plain decoding, in tokens per second of each method's own compute: "
+                         + " · ".join(parts) + ".")
+    if stop_reason == "stopped":
+        lines.append("The race was stopped; the numbers cover what each method had produced by then.")
+    elif stop_reason == "time_limit":
+        lines.append("The race reached this server's time limit; the numbers cover what each method had produced.")
+    if greedy:
+        if cmp.identical and len(set(cmp.lengths.values())) <= 1:
+            lines.append(f"✅ **Identical outputs**: all three methods produced the same {cmp.compared} tokens "
+                         f"(greedy speculative decoding is lossless).")
+        elif cmp.identical:
+            lines.append(f"✅ **Identical so far**: the methods agree on all {cmp.compared} tokens they have in "
+                         f"common (greedy speculative decoding is lossless).")
+        else:
+            shown = "; ".join(f"{METHOD_TITLES.get(m, m)} “{md_text(visible(decode_many(t)))}”"
+                              for m, t in cmp.tokens_at_diff.items())
+            lines.append(f"⚠️ **Outputs differ at token {cmp.first_diff}** (of {cmp.compared} compared): {shown}. "
+                         f"Tiny numerical differences between a tree forward and a plain forward can flip a "
+                         f"near-tie between two tokens.")
+    else:
+        lines.append("Sampling is on: each method draws an exact sample of the model's distribution, so the "
+                     "texts need not match (they agree only in distribution).")
+    if chosen:
+        lines.append(chosen)
+    return "\n\n".join(lines)
+
+
+def sizing_md(steps: Iterable[Any], name: str = "RACER") -> str:
+    """A line on automatic tree sizing, when the step records carry it (capacity = auto)."""
+    chosen, cands, exp = [], [], []
+    for st in steps:
+        info = getattr(st, "info", None) or {}
+        if info.get("chosen_T") is None:
+            continue
+        chosen.append(int(info["chosen_T"]))
+        if info.get("candidates") is not None:
+            cands.append(int(info["candidates"]))
+        if info.get("expected_accept") is not None:
+            exp.append(float(info["expected_accept"]))
+    if not chosen:
+        return ""
+    mean = sum(chosen) / len(chosen)
+    span = f" (from {min(chosen)} to {max(chosen)})" if min(chosen) != max(chosen) else ""
+    out = (f"{name} sized its draft tree from this machine's cost curve: **{mean:.1f} nodes per step** on average"
+           f"{span}")
+    if cands:
+        out += f", out of {sum(cands) / len(cands):.0f} candidates"
+    if exp:
+        out += f"; it expected {sum(exp) / len(exp):.2f} tokens per step"
+    return out + "."
+
+
+def find_cost_curve(steps: Iterable[Any]) -> dict[str, Any] | None:
+    """A cost curve carried by step records (auto capacity), as `visuals.cost_figure` input."""
+    for s in steps:
+        info = getattr(s, "info", None) or {}
+        for key in ("cost_curve", "curve", "sizing"):
+            c = info.get(key)
+            if isinstance(c, dict) and c.get("sizes") and c.get("ms"):
+                out = dict(c)
+                if "chosen_T" not in out and info.get("chosen_T") is not None:
+                    out["chosen_T"] = info["chosen_T"]
+                return out
+    return None
+
+
+# -- inspector -------------------------------------------------------------------------------------
+
+def _q(text: str, n: int = 24) -> str:
+    return "‘" + md_text(truncate(visible(text), n)) + "’"
+
+
+def step_sentence(step: Any, decode_many: Callable[[list[int]], str], n_steps: int | None = None) -> str:
+    """What happened in one step, in a sentence or two."""
+    info = getattr(step, "info", None) or {}
+    committed = list(step.committed)
+    head = f"**Step {step.index + 1}{f' of {n_steps}' if n_steps else ''}.** "
+    if not step.forwarded:
+        return head + (f"No forward pass: the token the previous step fixed, {_q(decode_many(committed))}, "
+                       f"is committed and the run ends.")
+    parts = []
+    if "n_retrieval" in info:
+        borders = info.get("borders") or []
+        n_r = int(info.get("n_retrieval", 0)) + int(info.get("n_both", 0))
+        if borders:
+            deepest = max(borders, key=lambda b: b.get("depth", 0))
+            parts.append(f"retrieval matched {_q(decode_many(list(deepest.get('tokens') or [])), 28)} at depth "
+                         f"{deepest.get('depth', 0)} and proposed {n_r} node{'s' * (n_r != 1)}")
+        else:
+            parts.append(f"retrieval found no earlier occurrence of the recent text followed by "
+                         f"{_q(decode_many([int(step.root)]))}")
+        n_l = int(info.get("n_logits", 0))
+        both = int(info.get("n_both", 0))
+        parts.append(f"logits filled {n_l} node{'s' * (n_l != 1)}" + (f" ({both} proposed by both)" if both else ""))
+    elif "template_nodes" in info:
+        parts.append(f"the Token Recycling template placed {len(step.tree) - 1} nodes")
+    if info.get("chosen_T") is not None:
+        cand = info.get("candidates")
+        exp = info.get("expected_accept")
+        parts.append(f"the sizer kept {int(info['chosen_T'])} of {cand if cand is not None else '?'} candidate nodes"
+                     + (f", expecting {float(exp):.2f} tokens" if exp is not None else ""))
+    src = Counter(token_sources(step)[1:])
+    acc = len(committed) - 1
+    if acc:
+        by = ", ".join(f"{n} from {s}" for s, n in src.most_common())
+        parts.append(f"{acc} draft token{'s' * (acc != 1)} accepted ({by}) + the model's own token = "
+                     f"{len(committed)} committed")
+    else:
+        parts.append(f"no draft accepted; the model's own token {_q(decode_many(committed[:1]))} is committed")
+    text = "; ".join(parts)
+    return head + text[:1].upper() + text[1:] + "."
+
+
+def rows_html(step: Any, decode_one: Callable[[int], str], limit: int = 8) -> str:
+    """The copy-logit rows this step's logits tree was read from. Entries on the accepted path
+    are framed; entries that became tree nodes are coloured."""
+    info = getattr(step, "info", None) or {}
+    rows = info.get("copy_rows") or []
+    if not rows:
+        return ('<div class="racer-rows racer-muted">No copy-logit rows used in this step '
+                '(no logits tree, or the step kept no picture data).</div>')
+    tree = step.tree
+    edges: dict[tuple[int, int], str] = {}
+    for i in range(1, len(tree)):
+        edges[(tree.tokens[tree.parents[i]], tree.tokens[i])] = tree.sources[i]
+    acc_edges = set()
+    path = [a for a in step.accepted[: len(step.committed)]]
+    for a, b in zip(path, path[1:]):
+        acc_edges.add((tree.tokens[a], tree.tokens[b]))
+    out = ['<div class="racer-rows"><table><thead><tr><th>after token</th><th>its top next tokens '
+           '(rank 1 → K), from the last logits computed after it</th></tr></thead><tbody>']
+    for r in rows[:limit]:
+        tok = int(r["token"])
+        cells = []
+        for rank, nxt in enumerate(r.get("row") or []):
+            nxt = int(nxt)
+            src = edges.get((tok, nxt))
+            style = f"background:{tint(TEXT_COLORS[src], 0.45)};" if src in TEXT_COLORS else ""
+            cls = "racer-cell acc" if (tok, nxt) in acc_edges else "racer-cell"
+            cells.append(f'<span class="{cls}" style="{style}" title="rank {rank + 1}">'
+                         f'{html.escape(truncate(token_label(decode_one, nxt), 12))}</span>')
+        out.append(f'<tr><td class="racer-rowtok">{html.escape(truncate(token_label(decode_one, tok), 12))}</td>'
+                   f'<td>{"".join(cells) or "<i>empty</i>"}</td></tr>')
+    if len(rows) > limit:
+        out.append(f'<tr><td colspan="2" class="racer-muted">… {len(rows) - limit} more rows</td></tr>')
+    out.append("</tbody></table><div class='racer-muted'>Coloured: became a tree node (by source); "
+               "framed: on the accepted path.</div></div>")
+    return "".join(out)
+
+
+def current_step_spans(spans: list[tuple[str, str | None]], step_of: list[int], k: int
+                       ) -> list[tuple[str, str | None]]:
+    """Relabel the spans of step `k` with the CURRENT prefix (see `text_color_map(current=True)`)."""
+    out = []
+    for (text, lab), s in zip(spans, step_of):
+        if s == k and lab is not None:
+            out.append((text, CURRENT + lab))
+        else:
+            out.append((text, lab))
+    return out
+
+
+def trace_header_md(trace: Any, limits_note: str = "") -> str:
+    kind = {"race": "the last race's RACER column", "chat": "the last chat turn",
+            "preset": "the preset run"}.get(trace.source, trace.source)
+    n_tok = sum(len(s.committed) for s in trace.steps)
+    parts = [f"Inspecting **{kind}**: {trace.n} steps, {n_tok} tokens, MAT {n_tok / max(1, trace.n):.2f}"]
+    if trace.title:
+        parts[0] += f" — *{md_text(truncate(trace.title, 60))}*"
+    if trace.truncated:
+        parts.append(f"Pictures are kept for the first {trace.detail_steps} steps only (this server's limit); "
+                     f"later steps show the text and the tree.")
+    if limits_note:
+        parts.append(limits_note)
+    return "  \n".join(parts)
+
+
+def bounded_label(decode_one: Callable[[int], str], tokens: Sequence[int], n: int = 30) -> str:
+    return string_label(decode_one, tokens, n)

@@ -1,0 +1,717 @@
+"""Event handlers of the app: validation, the race stream, the inspector, chat, benchmark and
+explainer. `app.py` only lays out components and wires them to these methods.
+
+Rules every handler follows:
+* per-session data lives in the `Session` passed in (a gr.State), never in module globals;
+* decodes run under the "decode" concurrency group (one at a time on a CPU); inspector,
+  stop and status handlers are pure/light and run in their own unlimited group;
+* user mistakes give a clear message (status markdown + gr.Warning), never an exception;
+  an unexpected error is logged and reported, and the server keeps going.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterator
+
+import gradio as gr
+
+from racer import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, make_drafter
+from racer.models import resolve_device, resolve_dtype
+from racer.race import Race
+from visuals import acceptance_by_source, cost_figure, race_figure
+
+from . import explainer as X
+from .format import (METHOD_TITLES, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, sizing_md,
+                     step_sentence, trace_header_md, verdict_md)
+from .inspector import clamp_step, empty_figure, fluid, render_step, step_of_span
+from .models import ModelStore
+from .session import Session, Trace, bound_detail
+from .settings import (FIELDS, Limits, Settings, capacity_value, cost_curve_figure_data, default_settings,
+                       make_sizer, racer_options, settings_from_values, uses_auto, validate)
+
+log = logging.getLogger("racer_app")
+
+RACE_METHODS = ("racer", "ar", "tr")
+TEXT_EVERY_S = 0.1      # race text updates: ~10 per second
+PLOT_EVERY_S = 0.33     # race plot updates: ~3 per second
+FIG_WIDTH = 860        # tree / automaton figures (laid out in pixels), at most
+
+
+def fig_width(viewport: Any) -> int:
+    """Pixel width for the tree and automaton figures given the browser's viewport width (the
+    page sends it on load); narrow screens get narrower figures rather than clipped ones."""
+    try:
+        vw = int(float(viewport))
+    except (TypeError, ValueError):
+        return FIG_WIDTH
+    if vw <= 0:
+        return FIG_WIDTH
+    return max(300, min(FIG_WIDTH, vw - 56))
+PLOT_WIDTH = 640       # charts that stretch to their container: legends are laid out for this width
+
+
+def _decode_one(tok: Any, t: int) -> str:
+    return tok.decode([int(t)], skip_special_tokens=False)
+
+
+def _decode_many(tok: Any, ids: list[int]) -> str:
+    return tok.decode([int(t) for t in ids], skip_special_tokens=True)
+
+
+def _decode_many_raw(tok: Any, ids: list[int]) -> str:
+    return tok.decode([int(t) for t in ids], skip_special_tokens=False)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class UserError(ValueError):
+    """A problem with the request that the user can fix; the message says how."""
+
+
+class Studio:
+    """Handlers bound to one model store and one set of server limits."""
+
+    def __init__(self, store: ModelStore, limits: Limits | None = None) -> None:
+        self.store = store
+        lm = store.peek()
+        if lm is not None:
+            dev, dt = lm.device, lm.dtype
+        else:
+            try:
+                dev = resolve_device(__import__("os").environ.get("RACER_DEVICE", "auto"))
+                dt = resolve_dtype(__import__("os").environ.get("RACER_DTYPE", "auto"), dev)
+            except Exception:  # noqa: BLE001
+                import torch
+                dev, dt = torch.device("cpu"), torch.float32
+        self.limits = limits or Limits.for_device(dev.type)
+        self.defaults: Settings = default_settings(dev.type, str(dt).replace("torch.", ""))
+        self._preset_lock = threading.Lock()
+        self.warming: str | None = None
+
+    # -- shared helpers --------------------------------------------------------------------------
+
+    def _settings(self, vals: tuple[Any, ...]) -> tuple[Settings, list[str]]:
+        return validate(settings_from_values(vals), self.limits, self.store.allowed, self.defaults)
+
+    def _model(self, s: Settings) -> Any:
+        try:
+            return self.store.get(s.model, timeout=900)
+        except ModelLoadError as e:
+            raise UserError(str(e)) from e
+
+    def _prompt_ids(self, lm: Any, prompt: Any, system: str | None) -> list[int]:
+        ids = build_input_ids(lm.tokenizer, prompt, system=(system or None))
+        if len(ids) > self.limits.max_prompt_tokens:
+            raise UserError(f"The prompt is {len(ids)} tokens long; this server takes up to "
+                            f"{self.limits.max_prompt_tokens}. Please shorten it.")
+        if len(ids) + 2 >= lm.max_context:
+            raise UserError(f"The prompt is {len(ids)} tokens; the model's context is {lm.max_context}.")
+        return ids
+
+    def _config(self, lm: Any, s: Settings, n_prompt: int, notes: list[str]) -> DecodeConfig:
+        room = lm.max_context - n_prompt - 2
+        max_new = s.max_new_tokens
+        if max_new > room:
+            notes.append(f"max new tokens lowered to {room} to fit the model's context of {lm.max_context}")
+            max_new = room
+        return DecodeConfig(max_new_tokens=max_new, capacity=capacity_value(s), temperature=s.temperature,
+                            top_p=s.top_p, seed=s.seed, time_limit_s=self.limits.time_limit_s)
+
+    @staticmethod
+    def _notes_md(notes: list[str]) -> str:
+        return ("Adjusted: " + "; ".join(notes) + ".") if notes else ""
+
+    def _sizer_kwargs(self, lm: Any, s: Settings, methods: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """With capacity auto, a fresh sizer per drafting method (same hardware curve)."""
+        if not uses_auto(s):
+            return {}
+        return {m: {"sizer": make_sizer(lm)} for m in methods if m != "ar"}
+
+    def trace_from(self, lm: Any, steps: list[Any], prompt_ids: list[int], source: str, title: str,
+                   s: Settings, stop_reason: str | None) -> Trace:
+        detail = bound_detail(steps, self.limits.inspector_steps)
+        tok = lm.tokenizer
+        return Trace(steps, list(prompt_ids), functools.partial(_decode_one, tok), functools.partial(_decode_many, tok),
+                     source=source, title=title, model=lm.name, settings=s.to_dict(), detail_steps=detail,
+                     stop_reason=stop_reason, cost_curve=getattr(lm, "_cost_curve", None))
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def model_status(self) -> tuple[str, Any]:
+        """Header status line; the second value turns the polling timer off once settled."""
+        st = self.store.status()
+        if st["state"] == "ready":
+            notes = f" · {st['notes'][0]}" if st.get("notes") else ""
+            md = (f"🟢 **{st['model']}** on **{st['device']}** ({st['dtype']}) · loaded in {st['load_s']:.1f} s"
+                  f"{notes}")
+            if self.warming:
+                return md + f" · ⏳ {self.warming}…", gr.Timer(active=True)
+            return md, gr.Timer(active=False)
+        if st["state"] == "error":
+            return f"🔴 The model could not be loaded: {st['error']}", gr.Timer(active=False)
+        return (f"⏳ Loading the model ({st['spec']}) — {st['elapsed_s']:.0f} s; the first start converts it "
+                f"once (about 15 s), later starts take a second."), gr.Timer(active=True)
+
+    def settings_info(self) -> str:
+        lm = self.store.peek()
+        lim = self.limits
+        dev = f"**{lm.device}** · **{str(lm.dtype).replace('torch.', '')}** · context {lm.max_context} tokens" \
+            if lm is not None else "(model loading)"
+        return (f"Device and dtype: {dev}.  \nServer limits: up to **{lim.max_new_tokens}** new tokens, prompts up "
+                f"to **{lim.max_prompt_tokens}** tokens, **{lim.time_limit_s:.0f} s** per request, "
+                f"{lim.decode_concurrency} decode{'s' if lim.decode_concurrency > 1 else ''} at a time "
+                f"(others wait in the queue), pictures for the first {lim.inspector_steps} steps of a run.")
+
+    # -- race ----------------------------------------------------------------------------------
+
+    def _race_frame(self, status: Any = None, lanes: dict[str, Any] | None = None, spans: dict[str, Any] | None = None,
+                    plot: Any = None, verdict: Any = None, running: bool | None = None, sess: Any = None,
+                    clear: bool = False) -> tuple:
+        skip = gr.skip()
+        out: list[Any] = [skip if status is None else status]
+        for m in RACE_METHODS:
+            if clear:
+                out += ["", []]
+            elif lanes is not None and m in lanes:
+                out += [lane_stats_md(lanes[m], running=bool(running)), spans[m] if spans and m in spans else skip]
+            else:
+                out += [skip, skip]
+        out.append(skip if plot is None else gr.Plot(value=plot, visible=True))
+        out.append(skip if verdict is None else verdict)
+        if running is None:
+            out += [skip, skip]
+        else:
+            out += [gr.Button(interactive=not running), gr.Button(interactive=running)]
+        out.append(skip if sess is None else sess)
+        return tuple(out)
+
+    def race(self, sess: Session | None, viewport: Any, prompt: str, system: str, *vals: Any) -> Iterator[tuple]:
+        """Stream a fair three-way race (see racer.race)."""
+        sess = sess if isinstance(sess, Session) else Session()
+        yield self._race_frame(status="Preparing the race…", clear=True, verdict="", running=True)
+        try:
+            yield from self._race(sess, prompt, system, vals, viewport)
+        except UserError as e:
+            gr.Warning(str(e))
+            yield self._race_frame(status=f"⚠️ {e}", running=False, sess=sess)
+        except Exception as e:  # noqa: BLE001 - one failed request must not take the app down
+            log.error("race failed: %s", traceback.format_exc())
+            yield self._race_frame(status=f"❌ Something went wrong: {e.__class__.__name__}: {e}. The app is fine; "
+                                   f"try again or change the settings.", running=False, sess=sess)
+
+    def _race(self, sess: Session, prompt: str, system: str, vals: tuple[Any, ...],
+              viewport: Any = None) -> Iterator[tuple]:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError("Please type a prompt (or pick an example) first.")
+        s, notes = self._settings(vals)
+        if self.store.loading:
+            yield self._race_frame(status="⏳ Waiting for the model to finish loading…")
+        lm = self._model(s)
+        ids = self._prompt_ids(lm, prompt, system)
+        cfg = self._config(lm, s, len(ids), notes)
+        stop = sess.begin()
+        if uses_auto(s) and getattr(lm, "_cost_curve", None) is None:
+            yield self._race_frame(status="⏳ Measuring this machine's cost curve (once per machine; up to a minute "
+                                          "on a small CPU)…")
+        drafters = {"racer": make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s)),
+                    "ar": make_drafter("ar", vocab_size=lm.vocab_size),
+                    "tr": make_drafter("tr", vocab_size=lm.vocab_size)}
+        race = Race(lm, ids, drafters, cfg, detail_for=("racer",), stop_event=stop,
+                    time_limit_s=self.limits.time_limit_s, run_kwargs=self._sizer_kwargs(lm, s, RACE_METHODS))
+        tok = lm.tokenizer
+        dm = functools.partial(_decode_many, tok)
+        builders = {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
+        racer_steps: list[Any] = []
+        tr_steps: list[Any] = []
+        head = (f"Racing on **{lm.name}** ({lm.device}, {str(lm.dtype).replace('torch.', '')}) · prompt "
+                f"{len(ids)} tokens · up to {cfg.max_new_tokens} new tokens · tree "
+                f"{'auto' if cfg.capacity == 'auto' else str(cfg.capacity) + ' nodes'} · "
+                f"{'greedy' if cfg.temperature <= 0 else f'sampling T={cfg.temperature:g}, top-p {cfg.top_p:g}'}")
+        note = self._notes_md(notes)
+        status = head + (f"  \n{note}" if note else "") + "  \nStop ends it at the next step."
+        if notes:
+            gr.Info(note)
+        yield self._race_frame(status=status, lanes=race.lanes, running=True)
+        last_text = last_plot = 0.0
+        dirty: set[str] = set()
+        for lane, rec in race:
+            builders[lane.method].push_step(rec)
+            dirty.add(lane.method)
+            if lane.method == "racer":
+                racer_steps.append(rec)
+            elif lane.method == "tr":
+                tr_steps.append(rec)
+            now = time.perf_counter()
+            if now - last_text >= TEXT_EVERY_S:
+                plot = None
+                if now - last_plot >= PLOT_EVERY_S:
+                    plot = fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH), viewport)
+                    last_plot = now
+                spans = {m: list(builders[m].spans) for m in dirty}
+                dirty.clear()
+                last_text = now
+                yield self._race_frame(lanes=race.lanes, spans=spans, plot=plot, running=True)
+
+        # The finish line.
+        cmp = race.compare()
+        sess.race_summary = race.summary()
+        rl = race.lanes["racer"]
+        sess.trace = self.trace_from(lm, racer_steps, ids, "race", prompt.strip().splitlines()[0], s, rl.stop_reason)
+        chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
+        verdict = verdict_md(race.lanes, cmp, cfg.temperature <= 0, functools.partial(_decode_many_raw, tok),
+                             race.stop_reason, chosen)
+        done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({self.limits.time_limit_s:.0f} s) reached."
+                }.get(race.stop_reason or "", "🏁 Finished.")
+        yield self._race_frame(status=f"{done} {head}" + (f"  \n{note}" if note else "") +
+                               "  \nOpen **Step inspector** to replay RACER's steps.",
+                               lanes=race.lanes, spans={m: list(builders[m].spans) for m in RACE_METHODS},
+                               plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH), viewport),
+                               verdict=verdict, running=False, sess=sess)
+
+    def stop(self, sess: Session | None) -> str:
+        if isinstance(sess, Session):
+            sess.stop.set()
+        return "⏹ Stopping at the next step…"
+
+    # -- inspector (pure functions of the session's trace) ---------------------------------------------
+
+    def inspector_refresh(self, sess: Session | None, viewport: Any = None) -> tuple:
+        """Header, slider range and step 1 of the session's latest trace."""
+        trace = sess.trace if isinstance(sess, Session) else None
+        if trace is None or trace.n == 0:
+            msg = "No RACER run yet in this session: run a race (or chat below), then step through it here."
+            return (msg, gr.Slider(minimum=1, maximum=2, value=1, interactive=False)) + self._empty_step(msg)
+        return ((trace_header_md(trace), gr.Slider(minimum=1, maximum=max(2, trace.n), value=1, step=1, interactive=trace.n > 1))
+                + self._step_outputs(trace, 0, viewport))
+
+    def _empty_step(self, msg: str) -> tuple:
+        return ("", empty_figure("The draft tree of a step appears here."), gr.Plot(visible=False),
+                empty_figure("The automaton around the match state appears here."), "", [])
+
+    def _step_outputs(self, trace: Trace, k: int, viewport: Any = None) -> tuple:
+        v = render_step(trace, k, width=fig_width(viewport))
+        cost = gr.Plot(value=v.cost, visible=True) if v.cost is not None else gr.Plot(visible=False)
+        return v.sentence, v.tree, cost, v.automaton, v.rows, v.spans
+
+    def inspector_show(self, sess: Session | None, k: Any, viewport: Any = None) -> tuple:
+        trace = sess.trace if isinstance(sess, Session) else None
+        if trace is None or trace.n == 0:
+            return self._empty_step("")
+        return self._step_outputs(trace, clamp_step(trace, (k or 1) - 1), viewport)
+
+    def inspector_move(self, sess: Session | None, k: Any, delta: int) -> Any:
+        trace = sess.trace if isinstance(sess, Session) else None
+        if trace is None or trace.n == 0:
+            return gr.skip()
+        return clamp_step(trace, (k or 1) - 1 + delta) + 1
+
+    def inspector_tick(self, sess: Session | None, k: Any) -> tuple:
+        """Play: advance one step; stop at the end."""
+        trace = sess.trace if isinstance(sess, Session) else None
+        if trace is None or trace.n == 0:
+            return gr.skip(), gr.Timer(active=False), gr.Button(value="▶ Play"), False
+        nxt = clamp_step(trace, (k or 1) - 1 + 1)
+        if nxt >= trace.n - 1:
+            return nxt + 1, gr.Timer(active=False), gr.Button(value="▶ Play"), False
+        return nxt + 1, gr.skip(), gr.skip(), gr.skip()
+
+    def inspector_play(self, sess: Session | None, k: Any, playing: bool) -> tuple:
+        trace = sess.trace if isinstance(sess, Session) else None
+        if playing or trace is None or trace.n == 0:
+            return gr.Timer(active=False), gr.Button(value="▶ Play"), False, gr.skip()
+        start = gr.skip()
+        if clamp_step(trace, (k or 1) - 1) >= trace.n - 1:
+            start = 1  # at the end: play again from the start
+        return gr.Timer(active=True), gr.Button(value="⏸ Pause"), True, start
+
+    def inspector_jump(self, sess: Session | None, evt: gr.SelectData) -> Any:
+        trace = sess.trace if isinstance(sess, Session) else None
+        k = step_of_span(trace, evt.index) if evt is not None else None
+        return gr.skip() if k is None else k + 1
+
+    # -- chat (RACER with an automaton that persists across turns) ----------------------------------
+
+    def chat(self, sess: Session | None, message: str, system: str, *vals: Any) -> Iterator[tuple]:
+        """Outputs: chatbot, input box, chat status, send button, state."""
+        sess = sess if isinstance(sess, Session) else Session()
+        history = list(sess.chat_messages)
+        try:
+            if not isinstance(message, str) or not message.strip():
+                raise UserError("Type a message first.")
+            if len(sess.chat_messages) // 2 >= self.limits.chat_turns:
+                raise UserError(f"This chat has reached {self.limits.chat_turns} turns; press Reset chat to start over.")
+            s, notes = self._settings(vals)
+            lm = self._model(s)
+            msgs = history + [{"role": "user", "content": message}]
+            try:
+                ids = self._prompt_ids(lm, msgs, system)
+            except UserError as e:
+                raise UserError(f"{e} (the whole conversation counts; Reset chat starts a new one)") from e
+            cfg = self._config(lm, s, len(ids), notes)
+            cfg.detail = True
+            key = (lm.name, tuple(sorted(racer_options(s).items())), capacity_value(s))
+            fresh = sess.chat_drafter is None or sess.chat_key != key
+            if fresh:
+                sess.chat_drafter = make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s))
+                sess.chat_sizer = make_sizer(lm) if uses_auto(s) else None
+                sess.chat_key = key
+                sess.chat_fed = []
+            new_from = common_prefix(sess.chat_fed, ids)
+            stop = sess.begin()
+            kw = {"sizer": sess.chat_sizer} if getattr(sess, "chat_sizer", None) is not None else {}
+            run = DecodeRun(lm, ids, sess.chat_drafter, cfg, stop_event=stop, new_from=new_from, **kw)
+            shown = history + [{"role": "user", "content": message}, {"role": "assistant", "content": ""}]
+            yield shown, "", "RACER is writing… (Stop ends it)", gr.Button(interactive=False), gr.skip()
+            tok = lm.tokenizer
+            out: list[int] = []
+            steps = []
+            last = 0.0
+            for rec in run:
+                steps.append(rec)
+                out.extend(rec.committed)
+                now = time.perf_counter()
+                if now - last >= TEXT_EVERY_S:
+                    last = now
+                    shown[-1] = {"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)}
+                    yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            res = run.result
+            text = res.text
+            sess.chat_messages = msgs + [{"role": "assistant", "content": text}]
+            sess.chat_fed = list(ids) + list(res.token_ids)
+            sess.trace = self.trace_from(lm, steps, ids, "chat", message.strip().splitlines()[0], s, res.stop_reason)
+            size = (steps[-1].info.get("automaton_size") if steps and steps[-1].info else None)
+            if size is None and len(steps) > 1:
+                size = steps[-2].info.get("automaton_size")
+            turn = len(sess.chat_messages) // 2
+            st = (f"Turn {turn}: {res.new_tokens} tokens in {res.steps} steps (MAT {res.mat:.2f}); "
+                  f"the automaton {'started fresh' if fresh else 'kept everything from earlier turns'}"
+                  f"{f' and now holds {size} nodes' if size else ''}; the prompt's first {new_from} tokens were "
+                  f"already known to it. The inspector above now shows this turn.")
+            note = self._notes_md(notes)
+            yield (sess.chat_messages, gr.skip(), st + (f"  \n{note}" if note else ""), gr.Button(interactive=True),
+                   sess)
+        except UserError as e:
+            gr.Warning(str(e))
+            yield gr.skip(), gr.skip(), f"⚠️ {e}", gr.Button(interactive=True), sess
+        except Exception as e:  # noqa: BLE001
+            log.error("chat failed: %s", traceback.format_exc())
+            yield history, gr.skip(), f"❌ Something went wrong: {e.__class__.__name__}: {e}", \
+                gr.Button(interactive=True), sess
+
+    def chat_reset(self, sess: Session | None) -> tuple:
+        if isinstance(sess, Session):
+            sess.reset_chat()
+        return [], "Chat reset: the next message starts a fresh automaton."
+
+    # -- benchmark --------------------------------------------------------------------------------
+
+    def bench_categories(self) -> list[str]:
+        try:
+            from racer.bench import load_rows
+            rows, _ = load_rows()
+            return sorted({r.category for r in rows})
+        except Exception:  # noqa: BLE001
+            return []
+
+    def benchmark(self, sess: Session | None, viewport: Any, category: str, per_category: Any, max_new: Any, methods: list[str],
+                  measure_curve: bool, model: Any, capacity_mode: Any, capacity: Any, automaton_capacity: Any,
+                  window: Any, topk: Any, breadth_rule: Any, merge: Any, temperature: Any, top_p: Any, seed: Any,
+                  max_new_tokens: Any, progress: gr.Progress = gr.Progress()) -> tuple:
+        """Run part of the shipped benchmark on this hardware. Outputs: status, overall table,
+        category table, 5 figures, cost note, report files, state. (Settings are spelled out:
+        Gradio finds the progress tracker only among positional parameters.)"""
+        vals = (model, capacity_mode, capacity, automaton_capacity, window, topk, breadth_rule, merge, temperature,
+                top_p, seed, max_new_tokens)
+        sess = sess if isinstance(sess, Session) else Session()
+        n_out = 11
+        try:
+            return self._benchmark(sess, category, per_category, max_new, methods, measure_curve, vals, progress,
+                                   viewport)
+        except UserError as e:
+            gr.Warning(str(e))
+            return (f"⚠️ {e}",) + (gr.skip(),) * (n_out - 1)
+        except Exception as e:  # noqa: BLE001
+            log.error("benchmark failed: %s", traceback.format_exc())
+            return (f"❌ The benchmark failed: {e.__class__.__name__}: {e}",) + (gr.skip(),) * (n_out - 1)
+
+    def _benchmark(self, sess: Session, category: str, per_category: Any, max_new: Any, methods: list[str],
+                   measure_curve: bool, vals: tuple, progress: Any, viewport: Any = None) -> tuple:
+        from racer.bench import BenchSettings, build_summary, context_lengths, load_rows, measure_cost_curve, run_rows
+        from racer.bench.methods import LoopMethod
+        from racer.bench.report import build_figures, category_table, cost_section, overall_table, write_report
+
+        s, notes = self._settings(vals)
+        methods = [m for m in (methods or []) if m]
+        if "ar" not in methods:
+            methods = ["ar"] + methods
+            notes.append("plain decoding (ar) added: speed-ups are measured against it")
+        if len(methods) < 2:
+            raise UserError("Pick at least one method besides plain decoding.")
+        try:
+            n = int(float(per_category))
+        except (TypeError, ValueError):
+            n = 1
+        cats = None if not category or category == "all" else [category]
+        rows, skipped = load_rows(None, categories=cats, per_category=max(1, n))
+        if len(rows) > self.limits.bench_max_prompts:
+            notes.append(f"{len(rows)} prompts asked; this server runs up to {self.limits.bench_max_prompts}")
+            rows = rows[: self.limits.bench_max_prompts]
+        try:
+            max_new_i = int(float(max_new))
+        except (TypeError, ValueError):
+            max_new_i = 64
+        cap = min(self.limits.max_new_tokens, 256)
+        if not 8 <= max_new_i <= cap:
+            notes.append(f"max new tokens {max_new_i} outside 8–{cap}; using {min(max(max_new_i, 8), cap)}")
+            max_new_i = min(max(max_new_i, 8), cap)
+        lm = self._model(s)
+        opts = racer_options(s)
+        bms = [LoopMethod(m, (lambda lm_, m=m: make_drafter(m, vocab_size=lm_.vocab_size, **opts)))
+               if m == "racer" else m for m in methods]
+        st = BenchSettings(max_new_tokens=max_new_i, capacity=capacity_value(s), temperature=s.temperature,
+                           top_p=s.top_p, seed=s.seed, repeats=1, warmup=1, warmup_tokens=16)
+        total = sum(len(r.turns) for r in rows) * len(methods)
+        stop = sess.begin()
+        t0 = time.perf_counter()
+        done = [0]
+        limit_s = self.limits.time_limit_s * 4
+
+        class _Stopped(KeyboardInterrupt):
+            """Ends the run between two results; racer.bench keeps what finished."""
+
+        def on_result(res: dict[str, Any]) -> None:
+            done[0] += 1
+            progress((done[0], total), desc=f"{res['question_id']} · {res['method']}", unit="runs")
+            if stop.is_set():
+                raise _Stopped()
+            if time.perf_counter() - t0 > limit_s:
+                notes.append(f"stopped at this server's benchmark time limit ({limit_s:.0f} s)")
+                raise _Stopped()
+
+        progress(0, desc="warming up (untimed)")
+        import io
+        buf = io.StringIO()
+        run = run_rows(lm, rows, bms, st, skipped=list(skipped), progress=False, log=buf, on_result=on_result)
+        curve = None
+        if measure_curve and run.results and not run.interrupted:
+            progress(0.99, desc="measuring the cost curve")
+            try:
+                curve = measure_cost_curve(lm, context_lengths(run.results))
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"cost curve failed: {e}")
+        summary = build_summary(lm, run, command="RACER Studio app", data={"questions_run": len(rows)},
+                                cost_curve=curve)
+        out_dir = Path(tempfile.mkdtemp(prefix="racer-bench-"))
+        import json
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
+        rep = write_report(out_dir, summary, images=False)
+        state = "⏹ Stopped early; the tables cover what finished." if run.interrupted else "✅ Done."
+        status = (f"{state} {len(run.results)} runs ({len(rows)} prompts × {len(methods)} methods) on "
+                  f"**{summary.get('hardware') or lm.device}** in {time.perf_counter() - t0:.0f} s, "
+                  f"{max_new_i} new tokens each.")
+        if notes:
+            status += "  \n" + self._notes_md(notes)
+        files = [str(out_dir / "report.md"), str(out_dir / "summary.json")]
+        sess.bench_summary = summary
+        return self.bench_view(summary, status, files, viewport) + (sess,)
+
+    def bench_view(self, summary: dict[str, Any], status: str, files: list[str] | None, viewport: Any = None) -> tuple:
+        """Status, tables, figures (made visible), cost note and files for a benchmark summary."""
+        from racer.bench.report import build_figures, category_table, cost_section, overall_table
+        figs, _ = build_figures(summary)
+        figs = {k: fluid(v, viewport) for k, v in figs.items()}
+        chosen = self._chosen_size(summary)
+        cc = summary.get("cost_curve")
+        auto = (summary.get("settings") or {}).get("capacity") == "auto"
+        figs.pop("cost_curve", None)
+        if not cc:
+            lm = self.store.peek()
+            cached = cost_curve_figure_data(lm, context=256) if lm is not None else None
+            if cached:
+                figs["cost_curve"] = fluid(cost_figure(dict(cached, chosen_T=chosen), width=PLOT_WIDTH,
+                                                       hardware=f"{summary.get('hardware')}: the cached curve that "
+                                                                f"sizes trees (capacity auto)"), viewport)
+        if cc:
+            figs["cost_curve"] = fluid(cost_figure({"sizes": cc["sizes"], "ms": cc["ms"], "chosen_T": chosen},
+                                                   width=PLOT_WIDTH,
+                                                   hardware=f"{summary.get('hardware')}, context {cc['context']} tokens"),
+                                       viewport)
+        cost_md = (f"Tree size used by RACER: **{chosen if chosen else '–'}** nodes "
+                   f"({'chosen automatically: the mean per step' if auto else 'fixed in Settings'}).\n\n"
+                   + cost_section(summary))
+
+        def fig(name: str) -> Any:
+            f = figs.get(name)
+            return gr.Plot(value=f, visible=True) if f is not None else gr.Plot(visible=False)
+        return (status, "#### Overall\n\n" + overall_table(summary),
+                "#### Speed-up over plain decoding, by category\n\n" + category_table(summary),
+                fig("benchmark"), fig("acceptance"), fig("latency"), fig("tokens_vs_time"), fig("cost_curve"),
+                cost_md, gr.File(value=files, visible=bool(files)))
+
+    def bench_initial(self, sess: Session | None, viewport: Any = None) -> tuple:
+        """On opening the Benchmark view: this session's last run, else results shipped in
+        benchmarks/ (labelled as such), else an invitation to run."""
+        summ = getattr(sess, "bench_summary", None) if isinstance(sess, Session) else None
+        if summ is not None:
+            return (gr.skip(),) * 10
+        shipped = find_shipped_summary()
+        if shipped is None:
+            return ("No benchmark run yet in this session: pick a category and press **Run the benchmark**.",) + \
+                (gr.skip(),) * 9
+        path, summ = shipped
+        status = (f"Showing results shipped with the app ({path.parent.name}, measured on **{summ.get('hardware')}**, "
+                  f"{summ.get('created', '')}). Run the benchmark to measure this machine.")
+        return self.bench_view(summ, status, [str(path)], viewport)
+
+    @staticmethod
+    def _chosen_size(summary: dict[str, Any]) -> int | None:
+        cap = (summary.get("settings") or {}).get("capacity")
+        if isinstance(cap, int):
+            return cap
+        r = (summary.get("methods") or {}).get("racer") or {}
+        nodes = (r.get("overall") or {}).get("tree_nodes")
+        return int(round(nodes)) if nodes else None
+
+    # -- explainer --------------------------------------------------------------------------------
+
+    def explainer(self, sess: Session | None, viewport: Any, *vals: Any) -> tuple:
+        """Figures for the walk-through, from a preset RACER run (cached per model)."""
+        width = fig_width(viewport)
+        try:
+            s, _ = self._settings(vals)
+            s.model = "default"
+            lm = self._model(s)
+            preset = self.preset(lm)
+            tr = preset.trace
+            tree = render_step(tr, preset.tree_step, width=width)
+            auto = render_step(tr, preset.auto_step, width=width)
+            rows = render_step(tr, preset.logits_step, width=width)
+            n_tok = sum(len(x.committed) for x in tr.steps)
+            intro = (f"*Preset run: “{X.PRESET_TITLE}”, {n_tok} tokens in {tr.n} steps (MAT "
+                     f"{n_tok / max(1, tr.n):.2f}) on {lm.name}.*")
+            src_fig = fluid(acceptance_by_source(tr.steps, width=PLOT_WIDTH, height=360), viewport)
+            curve = cost_curve_figure_data(lm) or find_cost_curve(tr.steps)
+            if curve is None:
+                # Reference measurement (DESIGN §4: SmolLM2-135M float32 on 2 CPU cores), clearly labelled.
+                curve = {"sizes": [1, 8, 16, 32, 64], "ms": [41, 59, 70, 95, 147]}
+                cost = cost_figure(curve, width=PLOT_WIDTH, hardware="reference: 2 CPU cores, float32, SmolLM2-135M "
+                                   "(run the Benchmark to measure this machine)")
+            else:
+                cost = cost_figure(curve, width=PLOT_WIDTH, hardware=f"this machine: {lm.device}")
+            cost = fluid(cost, viewport)
+            return (intro, tree.sentence, tree.tree, auto.sentence, auto.automaton, rows.sentence, rows.rows,
+                    src_fig, cost)
+        except Exception as e:  # noqa: BLE001
+            log.error("explainer failed: %s", traceback.format_exc())
+            msg = f"The preset run could not be made: {e.__class__.__name__}: {e}"
+            return (msg,) + (gr.skip(),) * 8
+
+    def preset(self, lm: Any) -> X.Preset:
+        """The preset run for `lm`, made once per process (a second caller waits for the first)."""
+        with self._preset_lock:
+            preset = X.get_preset(lm.name)
+            if preset is None:
+                preset = self._run_preset(lm)
+                X.put_preset(lm.name, preset)
+            return preset
+
+    def warm_up_in_background(self) -> None:
+        """After the start-up model loads: measure this machine's cost curve if trees are sized
+        automatically (once per machine, cached on disk), then make the explainer's preset run,
+        so neither waits for the first visitor. The status line says what is going on."""
+        def work() -> None:
+            self.store.wait()
+            lm = self.store.peek()
+            if lm is None:
+                return
+            try:
+                if uses_auto(self.defaults) and getattr(lm, "_cost_curve", None) is None:
+                    self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
+                    make_sizer(lm)
+                self.warming = "preparing the How it works example"
+                self.preset(lm)
+            except Exception:  # noqa: BLE001 - each view retries when used
+                log.error("warm-up failed: %s", traceback.format_exc())
+            finally:
+                self.warming = None
+        self.warming = "starting"
+        threading.Thread(target=work, name="racer-warm-up", daemon=True).start()
+
+    def _run_preset(self, lm: Any) -> X.Preset:
+        ex = next((e for e in load_examples() if e["title"] == X.PRESET_TITLE), None)
+        prompt = ex["prompt"] if ex else "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."
+        ids = build_input_ids(lm.tokenizer, prompt, system=(ex or {}).get("system") or None)
+        n = X.PRESET_TOKENS_GPU if lm.device.type == "cuda" else X.PRESET_TOKENS_CPU
+        cap = 64 if lm.device.type == "cuda" else 24
+        run = DecodeRun(lm, ids, make_drafter("racer", vocab_size=lm.vocab_size),
+                        DecodeConfig(max_new_tokens=n, capacity=cap, detail=True, time_limit_s=self.limits.time_limit_s))
+        steps = list(run)
+        trace = self.trace_from(lm, steps, ids, "preset", X.PRESET_TITLE, self.defaults, run.result.stop_reason)
+        a, b, c = X.pick_steps(steps)
+        return X.Preset(trace, a, b, c)
+
+    def explainer_to_inspector(self, sess: Session | None) -> Any:
+        """Load the preset run into this session's inspector."""
+        lm = self.store.peek()
+        preset = X.get_preset(lm.name) if lm is not None else None
+        if not isinstance(sess, Session) or preset is None:
+            gr.Warning("The preset run is not ready yet.")
+            return gr.skip(), gr.skip()
+        sess.trace = preset.trace
+        return sess, gr.Tabs(selected="inspector")
+
+
+def find_shipped_summary() -> tuple[Path, dict[str, Any]] | None:
+    """The newest benchmarks/**/summary.json shipped with the app, if any."""
+    import json
+    root = ASSETS.parent / "benchmarks"
+    try:
+        found = sorted(root.glob("**/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for path in found:
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("methods"):
+            return path, d
+    return None
+
+
+# -- examples ---------------------------------------------------------------------------------------
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+@functools.lru_cache(maxsize=1)
+def load_examples() -> list[dict[str, str]]:
+    import json
+    try:
+        return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [{"title": "Repeat", "category": "writing", "system": "",
+                 "prompt": "Repeat this sentence twice: the quick brown fox jumps over the lazy dog.",
+                 "why": "Copying is RACER's best case."}]
+
+
+CANNOT = {"Short original poem", "One-line joke", "Open brainstorming"}
+
+
+def example_label(e: dict[str, str]) -> str:
+    return f"{e['title']} — {'little to copy' if e['title'] in CANNOT or e['category'] == 'writing' and len(e['prompt']) < 100 else 'copy-heavy'}"
+
+
+__all__ = ["Studio", "UserError", "load_examples", "example_label", "FIELDS", "METHOD_TITLES", "step_sentence"]
