@@ -17,7 +17,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("prompt", nargs="?", help="the user prompt (reads standard input when omitted)")
     p.add_argument("--method", default="racer", choices=METHODS)
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--capacity", default="64", help="draft tree size incl. the root, or 'auto' where supported")
+    p.add_argument("--capacity", default="auto",
+                   help="draft tree size incl. the root, or 'auto' (sized from this machine's measured cost curve)")
     p.add_argument("--model", default="default", help="'default', a hub id, a local folder or a .gguf file")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
+        if args.capacity != "auto" and not args.capacity.isdigit():
+            raise ValueError(f"--capacity must be 'auto' or a whole number, not {args.capacity!r}")
         capacity: object = args.capacity if args.capacity == "auto" else int(args.capacity)
         cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, capacity=capacity,  # type: ignore[arg-type]
                            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)

@@ -72,3 +72,19 @@ def test_multi_turn_chat(real_lm):
     text = real_lm.tokenizer.decode(ids)
     assert text.index("Be brief.") < text.index("Name a fruit.") < text.index("Apple.") < text.index("Another one?")
     assert text.rstrip().endswith("assistant")
+
+
+def test_cli_json(real_lm):
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "racer", "Say hello.", "--method", "pld", "--max-new-tokens", "8",
+                          "--capacity", "16", "--json", "--dtype", "float32"], capture_output=True, text=True,
+                         timeout=300, check=True)
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    for key in ("text", "token_ids", "new_tokens", "steps", "mat", "tokens_per_s", "wall_s", "method"):
+        assert key in d
+    assert d["method"] == "pld" and 1 <= d["new_tokens"] <= 8 and len(d["token_ids"]) == d["new_tokens"]
+    bad = subprocess.run([sys.executable, "-m", "racer", "x", "--capacity", "lots"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "capacity" in bad.stderr
