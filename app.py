@@ -276,8 +276,11 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
 def launch_kwargs() -> dict[str, Any]:
     """Arguments for `demo.launch` shared by `python app.py` and the tests (Gradio 6 takes the
     theme and CSS here)."""
+    # show_error: a malformed API input (e.g. text for a number) gets Gradio's own message
+    # ("Expected a `float`, but the value passed ... was 'lots'") instead of a bare "error";
+    # the handlers themselves never raise (they report in the status line).
     return dict(css_paths=[str(ASSETS / "style.css")], theme=gr.themes.Soft(), ssr_mode=False,
-                allowed_paths=[str(ASSETS)], footer_links=["api"])
+                allowed_paths=[str(ASSETS)], footer_links=["api"], show_error=True)
 
 
 def main() -> None:

@@ -11,7 +11,9 @@ Rules every handler follows:
 from __future__ import annotations
 
 import functools
+import gc
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -80,6 +82,61 @@ class UserError(ValueError):
     """A problem with the request that the user can fix; the message says how."""
 
 
+#: C0/C1 control characters other than tab, newline and carriage return.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+#: Characters a prompt may have per token it may have (a generous bound, checked before
+#: tokenising so that a megabyte of text is refused at once rather than tokenised first).
+CHARS_PER_TOKEN = 32
+
+
+def clean_text(text: Any, what: str, max_chars: int, notes: list[str]) -> str:
+    """User text made safe to tokenise: lone surrogates (invalid Unicode) become U+FFFD,
+    control characters other than tab/newline are dropped (each with a note), and text far
+    beyond the prompt limit is refused before any tokenising."""
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise UserError(f"The {what} must be text.")
+    if len(text) > max_chars:
+        raise UserError(f"The {what} is {len(text):,} characters long; this server takes prompts of up to "
+                        f"{max_chars // CHARS_PER_TOKEN:,} tokens. Please shorten it.")
+    fixed = text.encode("utf-8", "replace").decode("utf-8") if any(0xD800 <= ord(c) <= 0xDFFF for c in text) \
+        else text
+    if fixed != text:
+        notes.append(f"invalid Unicode in the {what} replaced by '?'")
+    cleaned, n = _CONTROL.subn("", fixed)
+    if n:
+        notes.append(f"{n} control character{'s' if n > 1 else ''} removed from the {what}")
+    return cleaned
+
+
+def is_oom(e: BaseException) -> bool:
+    """Out of memory on the accelerator (or a CPU allocation failure)."""
+    import torch
+    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
+def release_memory(e: BaseException | None = None) -> None:
+    """After a failed decode: drop the frames that still hold its KV cache and give the
+    accelerator's cached blocks back, so the next request starts from a clean slate."""
+    if e is not None and e.__traceback__ is not None:
+        traceback.clear_frames(e.__traceback__)
+    gc.collect()
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def fault_message(e: BaseException, lm: Any = None) -> str:
+    if is_oom(e):
+        where = f"the {lm.device}" if lm is not None else "the device"
+        return (f"❌ Out of memory on {where}. The request was stopped and its memory released; the model is "
+                f"still loaded. Try a shorter prompt, fewer new tokens or a smaller tree.")
+    return f"❌ Something went wrong: {e.__class__.__name__}: {e}. The app is fine; try again or change the settings."
+
+
 class Studio:
     """Handlers bound to one model store and one set of server limits."""
 
@@ -99,6 +156,10 @@ class Studio:
         self.defaults: Settings = default_settings(dev.type, str(dt).replace("torch.", ""))
         self._preset_lock = threading.Lock()
         self.warming: str | None = None
+
+    @property
+    def max_chars(self) -> int:
+        return self.limits.max_prompt_tokens * CHARS_PER_TOKEN
 
     # -- shared helpers --------------------------------------------------------------------------
 
@@ -208,14 +269,19 @@ class Studio:
             yield self._race_frame(status=f"⚠️ {e}", running=False, sess=sess)
         except Exception as e:  # noqa: BLE001 - one failed request must not take the app down
             log.error("race failed: %s", traceback.format_exc())
-            yield self._race_frame(status=f"❌ Something went wrong: {e.__class__.__name__}: {e}. The app is fine; "
-                                   f"try again or change the settings.", running=False, sess=sess)
+            msg = fault_message(e, self.store.peek())
+            release_memory(e)
+            yield self._race_frame(status=msg, running=False, sess=sess)
 
     def _race(self, sess: Session, prompt: str, system: str, vals: tuple[Any, ...],
               viewport: Any = None) -> Iterator[tuple]:
-        if not isinstance(prompt, str) or not prompt.strip():
+        notes: list[str] = []
+        prompt = clean_text(prompt, "prompt", self.max_chars, notes)
+        system = clean_text(system, "system prompt", self.max_chars, notes)
+        if not prompt.strip():
             raise UserError("Please type a prompt (or pick an example) first.")
-        s, notes = self._settings(vals)
+        s, more = self._settings(vals)
+        notes += more
         if self.store.loading:
             yield self._race_frame(status="⏳ Waiting for the model to finish loading…")
         lm = self._model(s)
@@ -348,11 +414,15 @@ class Studio:
         sess = sess if isinstance(sess, Session) else Session()
         history = list(sess.chat_messages)
         try:
-            if not isinstance(message, str) or not message.strip():
+            notes: list[str] = []
+            message = clean_text(message, "message", self.max_chars, notes)
+            system = clean_text(system, "system prompt", self.max_chars, notes)
+            if not message.strip():
                 raise UserError("Type a message first.")
             if len(sess.chat_messages) // 2 >= self.limits.chat_turns:
                 raise UserError(f"This chat has reached {self.limits.chat_turns} turns; press Reset chat to start over.")
-            s, notes = self._settings(vals)
+            s, more = self._settings(vals)
+            notes += more
             lm = self._model(s)
             msgs = history + [{"role": "user", "content": message}]
             try:
@@ -407,8 +477,9 @@ class Studio:
             yield gr.skip(), gr.skip(), f"⚠️ {e}", gr.Button(interactive=True), sess
         except Exception as e:  # noqa: BLE001
             log.error("chat failed: %s", traceback.format_exc())
-            yield history, gr.skip(), f"❌ Something went wrong: {e.__class__.__name__}: {e}", \
-                gr.Button(interactive=True), sess
+            msg = fault_message(e, self.store.peek())
+            release_memory(e)
+            yield history, gr.skip(), msg, gr.Button(interactive=True), sess
 
     def chat_reset(self, sess: Session | None) -> tuple:
         if isinstance(sess, Session):
@@ -444,7 +515,10 @@ class Studio:
             return (f"⚠️ {e}",) + (gr.skip(),) * (n_out - 1)
         except Exception as e:  # noqa: BLE001
             log.error("benchmark failed: %s", traceback.format_exc())
-            return (f"❌ The benchmark failed: {e.__class__.__name__}: {e}",) + (gr.skip(),) * (n_out - 1)
+            msg = fault_message(e, self.store.peek()) if is_oom(e) else \
+                f"❌ The benchmark failed: {e.__class__.__name__}: {e}"
+            release_memory(e)
+            return (msg,) + (gr.skip(),) * (n_out - 1)
 
     def _benchmark(self, sess: Session, category: str, per_category: Any, max_new: Any, methods: list[str],
                    measure_curve: bool, vals: tuple, progress: Any, viewport: Any = None) -> tuple:

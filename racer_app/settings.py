@@ -129,6 +129,7 @@ def default_settings(device_type: str = "cpu", dtype: str = "float32") -> Settin
 def _clamp_num(name: str, value: Any, lo: float, hi: float, default: float, notes: list[str],
                integer: bool = True, label: str | None = None) -> Any:
     label = label or name.replace("_", " ")
+    default = min(max(default, lo), hi)  # a default above a lowered server limit must not slip through
     try:
         v = float(value)
         if math.isnan(v):
@@ -136,6 +137,10 @@ def _clamp_num(name: str, value: Any, lo: float, hi: float, default: float, note
     except (TypeError, ValueError):
         notes.append(f"{label}: '{value}' is not a number; using {default}")
         return int(default) if integer else float(default)
+    if math.isinf(v):  # 1e999, "inf": clamp to the nearer bound (round() would overflow)
+        c = hi if v > 0 else lo
+        notes.append(f"{label} {v:g} is outside {lo:g}–{hi:g}; using {c:g}")
+        return int(c) if integer else float(c)
     if integer:
         v = round(v)
     if v < lo or v > hi:
