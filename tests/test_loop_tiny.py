@@ -95,7 +95,7 @@ def test_greedy_every_method_equals_ar(lm, seed):
 
 def test_pld_accepts_on_repetitive_text(lm):
     prompt = rand_prompt(random.Random(3), 30)
-    res = decode(lm, prompt, make_drafter("pld"), DecodeConfig(max_new_tokens=80))
+    res = decode(lm, prompt, make_drafter("pld"), DecodeConfig(max_new_tokens=80, capacity=16))
     assert res.mat > 1.2
 
 
@@ -114,7 +114,7 @@ def test_eos_stops_and_is_kept(lm):
     lm_eos = tiny_lm(vocab=V, eos=eos)
     expected = ref[: ref.index(eos) + 1]
     for method in ("ar", "pld", "racer", "tr"):
-        res = decode(lm_eos, prompt, make_drafter(method, vocab_size=V), DecodeConfig(max_new_tokens=40))
+        res = decode(lm_eos, prompt, make_drafter(method, vocab_size=V), DecodeConfig(max_new_tokens=40, capacity=16))
         assert res.token_ids == expected and res.stop_reason == "eos", method
     oracle = decode(lm_eos, prompt, OracleDrafter(len(prompt), ref), DecodeConfig(max_new_tokens=40, capacity=12))
     assert oracle.token_ids == expected
@@ -223,7 +223,8 @@ def joint_probs(lm, prompt, s):
 def empirical(lm, prompt, s, n, biased=False):
     counts = np.zeros((SV, SV))
     for i in range(n):
-        cfg = DecodeConfig(max_new_tokens=3, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=1000 + i)
+        cfg = DecodeConfig(max_new_tokens=3, capacity=64, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                           seed=1000 + i)
         accept = None
         if biased:
             gen = torch.Generator().manual_seed(5000 + i)

@@ -33,7 +33,7 @@ def greedy_refs(real_lm):
 def test_ar_and_pld_equal_generate(real_lm, greedy_refs, name):
     ids, ref = greedy_refs[name]
     for method in ("ar", "pld"):
-        res = decode(real_lm, ids, make_drafter(method), DecodeConfig(max_new_tokens=N))
+        res = decode(real_lm, ids, make_drafter(method), DecodeConfig(max_new_tokens=N, capacity=16))
         assert res.token_ids == ref, method
 
 
