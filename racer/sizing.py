@@ -137,14 +137,29 @@ class Sizer:
         self.pool_size = self.max_size * max(1, pool_factor)
         self.model = AcceptanceModel()
         self.overhead_ms = 1.0  # draft + acceptance + cache + update; tracked as a moving average
+        # Without drafts nothing is learned: a drafter sized to zero by pessimistic priors would
+        # stay there. Every `explore_every`-th undrafted step verifies the top few candidates.
+        self.explore_every, self.explore_nodes = 16, 4
+        self._idle = 0
 
     def size(self, tree: DraftTree, context_len: int) -> DraftTree:
         probs = self.model.estimate(tree)
         keep, expected, rates = choose_size(probs, lambda T: self.curve.t(T, context_len), self.overhead_ms,
                                             self.max_size)
+        explore = False
+        if len(keep) == 1 and len(tree) > 1:
+            self._idle += 1
+            if self._idle >= self.explore_every:
+                self._idle, explore = 0, True
+                top = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: self.explore_nodes]
+                keep = sorted({0, *top})
+                expected = 1.0 + sum(probs[i] for i in top)
+        else:
+            self._idle = 0
         out = prune(tree, keep, probs)
         out.info = dict(tree.info)
         out.info.update({"chosen_T": len(keep), "candidates": len(tree), "expected_accept": round(expected, 4),
+                         "explore": explore,
                          "rates": [round(r * 1e3, 3) for r in rates]})
         return out
 

@@ -113,3 +113,13 @@ def test_sizer_keeps_state_across_runs(tmp_path, monkeypatch):
     n = sum(c[1] for c in sizer.model.counts.values())
     decode(lm, prompt, make_drafter("racer", vocab_size=96), DecodeConfig(max_new_tokens=30), sizer=sizer)
     assert sum(c[1] for c in sizer.model.counts.values()) > n > 0
+
+
+def test_sizer_explores_when_it_would_never_draft():
+    # A steep curve and pessimistic priors choose no draft; exploration still tries a few
+    # nodes now and then, so acceptance can be learned.
+    sizer = Sizer(CostCurve([1, 2, 64], [16], [[10.0, 1000.0, 5000.0]], {}))
+    tree = random_tree(random.Random(3), 30)
+    sizes = [len(sizer.size(tree, 100)) for _ in range(40)]
+    assert sizes.count(1) >= 35 and any(s > 1 for s in sizes)
+    # The kept nodes after exploration are still ancestor-closed (prune validates).
