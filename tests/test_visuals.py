@@ -432,3 +432,13 @@ def test_cost_curve_from_a_sized_step():
     fig = cost_figure(curve)
     assert list(trace(fig, "tps").y) == [40.0, 60.0, 70.0, 65.0]
     assert list(trace(fig, "chosen").y) == [70.0]
+
+
+def test_automaton_figure_narrow_widths():
+    # Narrow (phone) widths leave some nodes unlabelled; failure links must still draw.
+    from visuals import automaton_figure
+    from visuals.samples import automaton_snapshot
+    snap = automaton_snapshot()
+    for width in (240, 300, 334, 390):
+        fig = automaton_figure(snap, width=width)
+        assert any((t.meta or {}).get("role") == "fail_links" for t in fig.data)

@@ -24,7 +24,7 @@ from plotly.colors import get_colorscale, sample_colorscale
 
 from . import colors as C
 from .tokens import esc, esc_hover, string_label, token_label
-from .tree_figure import _edge_path, label_boxes, tree_layout
+from .tree_figure import _edge_path, tree_layout
 
 #: LRU age colour scale: log2(1 + age), fixed from 0 to AGE_MAX steps.
 AGE_MAX = 255
@@ -178,7 +178,8 @@ def automaton_figure(snapshot: dict[str, Any], decode: Callable[[int], str] = st
     lay = tree_layout([nodes[v].get("token", -1) for v in ids], parents, depths, [], decode, width=width,
                       margin_lr=margin["l"] + margin["r"], orientation=orientation,
                       max_label_nodes=max(64, len(ids)), texts=texts)
-    boxes = label_boxes(lay)
+    # One box per node (label_boxes skips unlabelled nodes, which happens on narrow screens).
+    boxes = [(x - w / 2, y - h / 2, x + w / 2, y + h / 2) for x, y, w, h in zip(lay.cx, lay.cy, lay.w, lay.h)]
     cs = get_colorscale(C.AGE_COLORSCALE)
     vmax = age_value(AGE_MAX)
     ages = [node_age(nodes[v], step) for v in ids]
