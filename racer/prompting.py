@@ -60,3 +60,12 @@ def _encode(tokenizer: Any, text: str, special: bool) -> list[int]:
 def _plain(tokenizer: Any, msgs: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
     out = tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt, tokenize=True)
     return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the shared prefix: how much of a new chat turn's ids a session has already fed."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -25,6 +25,7 @@ import gradio as gr
 
 from racer import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, make_drafter
 from racer.models import resolve_device, resolve_dtype
+from racer.prompting import common_prefix
 from racer.race import Race
 from visuals import acceptance_by_source, cost_figure, race_figure
 
@@ -68,14 +69,6 @@ def _decode_many(tok: Any, ids: list[int]) -> str:
 
 def _decode_many_raw(tok: Any, ids: list[int]) -> str:
     return tok.decode([int(t) for t in ids], skip_special_tokens=False)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class UserError(ValueError):

@@ -29,6 +29,7 @@ from ..drafters import make_drafter
 from ..drafters.base import Drafter
 from ..loop import DecodeConfig, DecodeRun
 from ..models import LoadedModel
+from ..prompting import common_prefix
 
 HF_METHODS = ("hf", "hf-pld")
 ALL_METHODS: tuple[str, ...] = tuple(LOOP_METHODS) + HF_METHODS
@@ -81,14 +82,6 @@ class BenchMethod:
 def _sync(lm: LoadedModel) -> None:
     if lm.device.type == "cuda":
         torch.cuda.synchronize(lm.device)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def clip_output(tokens: list[int], eos: frozenset[int] | set[int], max_new_tokens: int) -> list[int]:
