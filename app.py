@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from racer_app import explainer as X
-from racer_app.format import (METHOD_TITLES, lane_header_html, legend_html, text_color_map)
+from racer_app.format import (lane_header_html, legend_html, text_color_map)
 from racer_app.gpu import on_gpu, zero_gpu
 from racer_app.handlers import RACE_METHODS, Studio, example_label, load_examples
 from racer_app.models import ModelStore

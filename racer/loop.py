@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-import numpy as np
 import torch
 
 from .drafters.base import Drafter, Verified

@@ -157,7 +157,6 @@ class Sizer:
         else:
             self._idle = 0
         out = prune(tree, keep, probs)
-        out.info = dict(tree.info)
         out.info.update({"chosen_T": len(keep), "candidates": len(tree), "expected_accept": round(expected, 4),
                          "explore": explore,
                          "rates": [round(r * 1e3, 3) for r in rates]})

@@ -11,7 +11,7 @@ Acceptance is lossless by construction:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -82,9 +82,6 @@ def accept_sampling(tree: DraftTree, logits: torch.Tensor, s: Sampling,
             return path, draw
         node = child
         path.append(node)
-
-
-AcceptFn = Callable[[DraftTree, torch.Tensor], "tuple[list[int], int]"]
 
 
 def keep_path(cache: Any, past_len: int, path: list[int], tree_len: int) -> None:

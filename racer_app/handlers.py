@@ -517,7 +517,7 @@ class Studio:
                    measure_curve: bool, vals: tuple, progress: Any, viewport: Any = None) -> tuple:
         from racer.bench import BenchSettings, build_summary, context_lengths, load_rows, measure_cost_curve, run_rows
         from racer.bench.methods import LoopMethod
-        from racer.bench.report import build_figures, category_table, cost_section, overall_table, write_report
+        from racer.bench.report import write_report
 
         s, notes = self._settings(vals)
         methods = [m for m in (methods or []) if m]
@@ -583,7 +583,7 @@ class Studio:
         out_dir = Path(tempfile.mkdtemp(prefix="racer-bench-"))
         import json
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
-        rep = write_report(out_dir, summary, images=False)
+        write_report(out_dir, summary, images=False)
         state = "⏹ Stopped early; the tables cover what finished." if run.interrupted else "✅ Done."
         status = (f"{state} {len(run.results)} runs ({len(rows)} prompts × {len(methods)} methods) on "
                   f"**{summary.get('hardware') or lm.device}** in {time.perf_counter() - t0:.0f} s, "

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import threading

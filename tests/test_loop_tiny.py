@@ -10,7 +10,7 @@ from transformers import DynamicCache
 from racer import METHODS, DecodeConfig, DecodeRun, decode, make_drafter
 from racer.drafters.base import Drafter
 from racer.tree import DraftTree
-from racer.verify import Sampling, accept_sampling, forward_tree, process_logits
+from racer.verify import Sampling, forward_tree, process_logits
 from tiny import tiny_lm
 
 V = 96

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import re
-import threading
 import time
 import weakref
 from pathlib import Path
