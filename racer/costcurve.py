@@ -82,7 +82,9 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
     dev = str(lm.device)
     if lm.device.type == "cuda":
         dev = torch.cuda.get_device_name(lm.device)
-    return {"format": "2", "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
+    from .fastlinear import SmallBatchLinear
+    kernel = "small-batch" if any(type(m) is SmallBatchLinear for m in lm.model.modules()) else "stock"
+    return {"format": "2", "kernel": kernel, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}
 
 

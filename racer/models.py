@@ -141,11 +141,13 @@ def _sliding_window(config: Any) -> int | None:
 
 
 def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torch.dtype = "auto",
-               attn_implementation: str = "sdpa", trust_remote_code: bool = False) -> LoadedModel:
+               attn_implementation: str = "sdpa", trust_remote_code: bool = False,
+               small_batch_linear: bool | None = None) -> LoadedModel:
     """Load a causal LM for tree decoding.
 
     spec: "default" (the embedded SmolLM2-135M-Instruct), a hub id, a local folder with
     safetensors weights, or a path to a `.gguf` file.
+    small_batch_linear: use racer.fastlinear's kernel for 2..64-row products (None: on CPU).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -206,6 +208,12 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
         raise ModelLoadError(f"could not load '{spec}': missing package: {e}") from e
 
     model.to(dev).eval()
+    if small_batch_linear is None:
+        small_batch_linear = dev.type == "cpu"
+    if small_batch_linear:
+        from .fastlinear import use_small_batch_linear
+        use_small_batch_linear(model)
+        notes.append("small-batch linear kernel (W @ x.T) for 2..64-token forwards")
     config = model.config
     if getattr(config, "_attn_implementation", attn_implementation) not in TREE_ATTENTION:
         raise ModelLoadError(f"{name} runs attention '{config._attn_implementation}', which cannot take a tree mask")

@@ -38,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="time every turn R times (interleaved); report the median")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes over every method")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--kernel", choices=["auto", "small-batch", "stock"], default="auto",
+                   help="linear kernel for multi-token forwards, for every method alike (auto: "
+                        "racer.fastlinear's small-batch kernel on CPU)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-cost-curve", action="store_true", help="skip measuring the cost curve")
     p.add_argument("--no-images", action="store_true", help="HTML plots only (no PNG rendering)")
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         torch.set_num_threads(args.threads)
     try:
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        lm = load_model(args.model, device=args.device, dtype=args.dtype,
+                        small_batch_linear={"auto": None, "small-batch": True, "stock": False}[args.kernel])
     except ModelLoadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

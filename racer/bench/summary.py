@@ -352,6 +352,7 @@ def build_summary(lm: LoadedModel | None, run: BenchRun, *, command: str | None 
         "model_spec": lm.spec if lm is not None else None,
         "device": str(lm.device) if lm is not None else None,
         "dtype": str(lm.dtype).replace("torch.", "") if lm is not None else None,
+        "model_notes": list(lm.notes) if lm is not None else [],
         "hardware": hardware_label(lm, machine) if lm is not None and machine else None,
         "machine": machine,
         "settings": {"max_new_tokens": st.max_new_tokens, "capacity": st.resolved_capacity(),
