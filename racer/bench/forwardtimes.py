@@ -1,0 +1,57 @@
+"""Interleaved timing of verify forwards for A/B comparisons of one model set-up against another
+(dtypes, linear kernels): every variant runs the same random tree at every size, round after
+round, so all see the same machine state."""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from ..costcurve import _random_tree
+from ..models import LoadedModel
+from ..verify import forward_tree
+
+#: name -> (model, a switch run before each of its forwards, e.g. to select a kernel)
+Variants = dict[str, tuple[LoadedModel, Callable[[], object]]]
+
+
+@torch.inference_mode()
+def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: int,
+                  seed: int = 0) -> dict[tuple[str, int], float]:
+    """Median ms of one verify forward per (variant, T), after one untimed round."""
+    from transformers import DynamicCache
+
+    rng = random.Random(seed)
+    caches = {}
+    for name, (lm, switch) in variants.items():
+        switch()
+        caches[name] = DynamicCache(config=lm.model.config)
+        ids = torch.tensor([[rng.randrange(lm.vocab_size) for _ in range(context)]])
+        lm.model(input_ids=ids, cache=caches[name], use_cache=True, logits_to_keep=1)
+    vocab = min(lm.vocab_size for lm, _ in variants.values())
+    times: dict[tuple[str, int], list[float]] = {(n, T): [] for n in variants for T in sizes}
+    for rep in range(repeats + 1):
+        for T in sizes:
+            tree = _random_tree(rng, T, vocab)
+            for name, (lm, switch) in variants.items():
+                switch()
+                t0 = time.perf_counter()
+                forward_tree(lm.model, caches[name], tree, context, lm.device, lm.dtype).argmax(-1).tolist()
+                if rep:
+                    times[(name, T)].append((time.perf_counter() - t0) * 1e3)
+                caches[name].crop(-T)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def print_table(med: dict[tuple[str, int], float], a: str, b: str, sizes: list[int], title: str) -> None:
+    """Markdown: T, a, b, a/b (>1: b faster), t(T)/t(first size) for b."""
+    print(title + "\n")
+    print(f"| T | {a} | {b} | {a} / {b} | t(T)/t({sizes[0]}) {b} |")
+    print("|---|---|---|---|---|")
+    base = med[(b, sizes[0])]
+    for T in sizes:
+        x, y = med[(a, T)], med[(b, T)]
+        print(f"| {T} | {x:.1f} | {y:.1f} | {x / y:.2f} | {y / base:.2f} |")
