@@ -147,7 +147,8 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
 
     spec: "default" (the embedded SmolLM2-135M-Instruct), a hub id, a local folder with
     safetensors weights, or a path to a `.gguf` file.
-    small_batch_linear: use racer.fastlinear's kernel for 2..64-row products (None: on CPU).
+    small_batch_linear: use racer.fastlinear's kernel for 2..64-row products (None: where it
+    was measured to help, float32 on CPU).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -209,7 +210,8 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
 
     model.to(dev).eval()
     if small_batch_linear is None:
-        small_batch_linear = dev.type == "cpu"
+        from .fastlinear import helps
+        small_batch_linear = helps(dev, dt)
     if small_batch_linear:
         from .fastlinear import use_small_batch_linear
         use_small_batch_linear(model)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from racer.fastlinear import MAX_ROWS, SmallBatchLinear, use_small_batch_linear, use_stock_linear
+from racer.fastlinear import MAX_ROWS, SmallBatchLinear, helps, use_small_batch_linear, use_stock_linear
 from racer.verify import forward_tree
 from tests.test_loop_tiny import rand_prompt, random_tree
 from tests.tiny import tiny_lm
@@ -68,3 +68,10 @@ def test_tree_logits_same_with_either_kernel():
             tree = random_tree(random.Random(4), 7, 24, lm.vocab_size)
             outs.append(forward_tree(lm.model, cache, tree, len(prompt), lm.device, lm.dtype))
     assert torch.allclose(outs[0], outs[1], atol=1e-4)
+
+
+def test_on_only_where_measured_faster():
+    cpu = torch.device("cpu")
+    assert helps(cpu, torch.float32)
+    assert not helps(cpu, torch.bfloat16)
+    assert not helps(torch.device("cuda"), torch.float32)
