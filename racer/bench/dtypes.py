@@ -6,22 +6,14 @@ Prints a markdown table of median ms and the float32/bfloat16 ratio (>1: bfloat1
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from ..models import load_model
-from .forwardtimes import print_table, time_forwards
+from .forwardtimes import parse_args, print_table, time_forwards
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default="default")
-    ap.add_argument("--context", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--sizes", default="1,8,16,32,64")
-    args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    args, sizes = parse_args(__doc__, repeats=9, sizes="1,8,16,32,64")
     variants = {dt: (load_model(args.model, device="cpu", dtype=dt), lambda: None) for dt in ("float32", "bfloat16")}
     med = time_forwards(variants, sizes, args.context, args.repeats)
     print_table(med, "bfloat16", "float32", sizes,

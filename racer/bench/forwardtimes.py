@@ -3,6 +3,7 @@
 round, so all see the same machine state."""
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import time
@@ -13,6 +14,19 @@ import torch
 from ..costcurve import _random_tree
 from ..models import LoadedModel
 from ..verify import forward_tree
+
+def parse_args(doc: str | None, repeats: int, sizes: str, dtype: bool = False) -> tuple[argparse.Namespace, list[int]]:
+    """The options every forward-timing script shares; returns the args and the parsed sizes."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--model", default="default")
+    if dtype:
+        ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--sizes", default=sizes)
+    args = ap.parse_args()
+    return args, [int(x) for x in args.sizes.split(",")]
+
 
 #: name -> (model, a switch run before each of its forwards, e.g. to select a kernel)
 Variants = dict[str, tuple[LoadedModel, Callable[[], object]]]

@@ -7,24 +7,15 @@ Prints a markdown table of median ms and the stock / small-batch ratio (>1: smal
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from ..fastlinear import use_small_batch_linear, use_stock_linear
 from ..models import load_model
-from .forwardtimes import print_table, time_forwards
+from .forwardtimes import parse_args, print_table, time_forwards
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default="default")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--context", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=12)
-    ap.add_argument("--sizes", default="1,2,4,8,16,32,64")
-    args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    args, sizes = parse_args(__doc__, repeats=12, sizes="1,2,4,8,16,32,64", dtype=True)
     lm = load_model(args.model, device="cpu", dtype=args.dtype)
     variants = {"stock": (lm, lambda: use_stock_linear(lm.model)),
                 "small-batch": (lm, lambda: use_small_batch_linear(lm.model))}
