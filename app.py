@@ -25,7 +25,8 @@ from racer_app.settings import (BREADTH_RULES, MERGE_CHOICES, Limits, allowed_mo
 
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE / "assets"
-BENCH_METHODS = ["ar", "tr", "racer", "pld", "racer-retrieval", "racer-logits", "racer-half", "racer-hard", "hf"]
+BENCH_METHODS = ["ar", "tr", "racer", "pld", "racer-nochain", "racer-retrieval", "racer-logits", "racer-half",
+                 "racer-hard", "hf", "hf-pld"]
 
 HEADER = """<div class="racer-title"><h1>🏎️ RACER Studio</h1>
 <p>Speculative decoding without a draft model: drafts from what the text already said (retrieval) and from what

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from .fastlinear import SmallBatchLinear
+from .fastlinear import kernel_of
 from .models import LoadedModel, cache_root
 from .tree import DraftTree
 from .verify import forward_tree
@@ -83,8 +83,9 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
     dev = str(lm.device)
     if lm.device.type == "cuda":
         dev = torch.cuda.get_device_name(lm.device)
-    kernel = "small-batch" if any(type(m) is SmallBatchLinear for m in lm.model.modules()) else "stock"
-    return {"format": "2", "kernel": kernel, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
+    kernel = kernel_of(lm.model)
+    attn = str(getattr(lm.model.config, "_attn_implementation", "?"))
+    return {"format": "3", "kernel": kernel, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}
 
 
@@ -103,7 +104,7 @@ def _random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
 
 @torch.inference_mode()
 def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
-            repeats: int = 3, progress: Callable[[str], None] | None = None) -> CostCurve:
+            repeats: int = 5, progress: Callable[[str], None] | None = None) -> CostCurve:
     from transformers import DynamicCache
 
     sizes = sizes or (GPU_SIZES if lm.device.type == "cuda" else CPU_SIZES)
@@ -115,13 +116,15 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
         cache = DynamicCache(config=lm.model.config)
         lm.model(input_ids=torch.tensor([[rng.randrange(vocab) for _ in range(ctx)]], device=lm.device),
                  cache=cache, use_cache=True, logits_to_keep=1)
-        row = []
-        for si, size in enumerate(sizes):
+        times: list[list[float]] = [[] for _ in sizes]
+        # Rounds over all sizes (not one size at a time): a burst of load from elsewhere then
+        # spreads over the sizes instead of inflating one of them, which would bend the
+        # curve's shape -- and the shape (t(T)/t(1)) is what sizing decides on.
+        for r in range(repeats + 1):
             if progress:
-                progress(f"measuring the cost curve: context {ctx}, tree size {size} "
-                         f"({ci * len(sizes) + si + 1}/{len(sizes) * len(contexts)})")
-            times = []
-            for r in range(repeats + 1):
+                progress(f"measuring the cost curve: context {ctx}, round {r + 1}/{repeats + 1} "
+                         f"({ci * (repeats + 1) + r + 1}/{(repeats + 1) * len(contexts)})")
+            for si, size in enumerate(sizes):
                 tree = _random_tree(rng, size, vocab) if size > 1 else DraftTree.root_only(rng.randrange(vocab))
                 if lm.device.type == "cuda":
                     torch.cuda.synchronize(lm.device)
@@ -130,11 +133,11 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                 logits.argmax(-1).tolist()  # the loop reads the argmax back; include that sync
                 dt = (time.perf_counter() - t0) * 1e3
                 cache.crop(-size)
-                if r:  # the first call warms the kernels for this shape
-                    times.append(dt)
-            # Interference from other processes only ever adds time: the minimum is the
-            # machine's own cost.
-            row.append(min(times))
+                if r:  # the first round warms the kernels for every shape
+                    times[si].append(dt)
+        # Interference from other processes only ever adds time: the minimum is the
+        # machine's own cost.
+        row = [min(t) for t in times]
         # Larger trees never cost less; enforce it so one noisy point cannot mislead sizing.
         for si in range(1, len(row)):
             row[si] = max(row[si], row[si - 1])

@@ -1,20 +1,31 @@
-"""Small-batch linear layers for CPU tree verification.
+"""Linear kernels for CPU tree verification.
 
-Verifying a draft tree multiplies every weight matrix by a handful of rows (T = 2..64).
-On CPU, PyTorch's `x @ W.T` for such a small M is far from the cost of streaming W once:
-measured here (2-core AVX2 EPYC, float32, SmolLM2-135M shapes) M=2 costs 1.9x M=1 and M=8
-costs 1.9x, while the same product computed as `(W @ x.T).T` costs ~1.0x and ~1.5x. The
-decoder is memory-bound at these sizes, so the cheaper kernel flattens the whole cost curve
-t(T) and with it raises the tree size worth drafting.
+Verifying a draft tree multiplies every weight matrix by a handful of rows (T = 1..64). The
+decoder is memory-bound there: ideally a T-row product costs about what streaming W once costs.
+PyTorch's `x @ W.T` on CPU goes through MKL, which on this project's AMD machines is far from
+that: measured (2-core AVX2 EPYC, float32, SmolLM2-135M shapes) M=2 costs 1.9x M=1. Two
+replacements, chosen per model by `choose`:
 
-The numbers differ from `x @ W.T` only by summation order (float rounding), exactly as any
-other change of kernel or of T would. M=1 keeps PyTorch's own path, so plain greedy
-decoding is untouched.
+- "packed": oneDNN's inner product on a weight reordered once into oneDNN's blocked layout
+  (the path PyTorch's own inductor uses for frozen CPU linears). Whole verify forward
+  (benchmarks/micro/kernels-float32.md): t(8)/t(1) = 1.37 against 1.59 for "small-batch" and
+  1.80 for "stock", 1.4x faster than "stock" at T = 2..8 and ~6 % at T = 1. It keeps a
+  second copy of every weight (the reordered one), so a float32 model takes twice its memory;
+  a weight changed in place is re-packed on its next use.
+- "small-batch": `(W @ x.T).T` for 2..64 rows, which reads W once; no extra memory.
+- "stock": nn.Linear as shipped.
+
+Kernels differ only by summation order (float rounding), as any change of kernel or of T does.
+Every method of a run shares the model and so the kernel: greedy identity is unaffected.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 from torch import nn
+
+KERNELS = ("packed", "small-batch", "stock")
 
 # Above this many rows the library GEMM is as fast or faster (measured on the cost curve).
 MAX_ROWS = 64
@@ -35,30 +46,85 @@ class SmallBatchLinear(nn.Linear):
         return y.contiguous().reshape(*x.shape[:-1], self.out_features)
 
 
-def helps(device: torch.device, dtype: torch.dtype) -> bool:
-    """Where the kernel was measured faster: float32 on CPU. In bfloat16 on a CPU without
-    native bf16 it is 8-15 % slower than PyTorch's (python -m racer.bench.kernels --dtype bfloat16)."""
-    return device.type == "cpu" and dtype == torch.float32
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
-def use_small_batch_linear(model: nn.Module) -> int:
-    """Switch every plain nn.Linear of `model` to SmallBatchLinear in place; returns how many.
+class PackedLinear(nn.Linear):
+    """nn.Linear computed by oneDNN on a reordered copy of the weight (held outside the state
+    dict). Autograd, non-CPU inputs and dtype mismatches take nn.Linear's own path."""
 
-    Only exact nn.Linear instances are switched (quantised or custom subclasses keep their own
-    forward), and the class swap keeps parameters, hooks and tied weights as they are."""
+    _racer_packed: torch.Tensor
+    _racer_packed_of: tuple[int, int, torch.dtype]
+
+    def _packed(self) -> torch.Tensor:
+        w = self.weight
+        # The version counter moves on every in-place write (load_state_dict, optimiser steps).
+        stamp = (w._version, w.data_ptr(), w.dtype)
+        if getattr(self, "_racer_packed_of", None) != stamp:
+            self._racer_packed = _pack(w)
+            self._racer_packed_of = stamp
+        return self._racer_packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (torch.is_grad_enabled() or x.device.type != "cpu" or self.weight.device.type != "cpu"
+                or x.dtype != self.weight.dtype or x.numel() == 0):
+            return super().forward(x)
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed(), self.bias, "none", [], "")
+
+
+_CLASSES: dict[str, type[nn.Linear]] = {"packed": PackedLinear, "small-batch": SmallBatchLinear, "stock": nn.Linear}
+
+
+@lru_cache(maxsize=None)
+def packed_available(dtype: torch.dtype) -> bool:
+    """Whether this PyTorch build and CPU can run the packed kernel in `dtype` (oneDNN refuses
+    bfloat16 on CPUs without AVX512-BF16/AVX-NE-CONVERT, for one)."""
+    try:
+        w = torch.ones(8, 8, dtype=dtype)
+        y = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=dtype), _pack(w), None, "none", [], "")
+        return bool(torch.all(y == 8))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+def choose(device: torch.device, dtype: torch.dtype) -> str:
+    """The kernel measured fastest for this device and dtype: on CPU in float32 "packed" where
+    oneDNN runs, else "small-batch"; "stock" elsewhere. In bfloat16 on a CPU without native bf16
+    both replacements were measured slower (python -m racer.bench.kernels --dtype bfloat16)."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return "stock"
+    return "packed" if packed_available(dtype) else "small-batch"
+
+
+def use_kernel(model: nn.Module, kernel: str, keep_packed: bool = False) -> int:
+    """Switch every plain linear layer of `model` (nn.Linear or one of ours) to `kernel`, in
+    place; returns how many. Quantised or custom subclasses keep their own forward. The class
+    swap keeps parameters, hooks and tied weights; "packed" reorders the weights now, so the
+    first decoding step does not pay for it. Switching away frees the reordered copies unless
+    keep_packed (for A/B timing that switches back and forth)."""
+    if kernel not in _CLASSES:
+        raise ValueError(f"unknown linear kernel {kernel!r}; one of {KERNELS}")
+    if kernel == "packed" and not any(packed_available(p.dtype) for p in model.parameters()):
+        raise ValueError("the packed kernel needs oneDNN support for this dtype on this CPU")
+    cls = _CLASSES[kernel]
     n = 0
     for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = SmallBatchLinear
+        if type(module) in _CLASSES.values():
+            module.__class__ = cls
+            if cls is PackedLinear and module.weight.device.type == "cpu":
+                module._packed()
+            elif not keep_packed:
+                module.__dict__.pop("_racer_packed", None)
+                module.__dict__.pop("_racer_packed_of", None)
             n += 1
     return n
 
 
-def use_stock_linear(model: nn.Module) -> int:
-    """Undo use_small_batch_linear (for A/B measurements)."""
-    n = 0
+def kernel_of(model: nn.Module) -> str:
+    """Which of KERNELS the model's linear layers run ("stock" when none of ours)."""
     for module in model.modules():
-        if type(module) is SmallBatchLinear:
-            module.__class__ = nn.Linear
-            n += 1
-    return n
+        for name, cls in _CLASSES.items():
+            if cls is not nn.Linear and type(module) is cls:
+                return name
+    return "stock"

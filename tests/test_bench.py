@@ -423,3 +423,29 @@ def test_plain_figures_fallback(full_run):
     from racer.bench.report import _figures_plain
     figs = _figures_plain(full_run[0].summary)
     assert set(figs) == {"benchmark", "acceptance", "latency", "tokens_vs_time", "cost_curve"}
+
+
+def test_stock_kernel_baselines_run_stock_and_restore(lm):
+    # hf-pld-stock runs generate() on PyTorch's own linear layers (transformers as installed)
+    # and leaves the model on the kernel every other method uses.
+    from racer.bench.methods import HFMethod
+    from racer.fastlinear import kernel_of, use_kernel
+
+    before = kernel_of(lm.model)
+    seen = []
+    orig = lm.model.generate
+
+    def spy(*a, **k):
+        seen.append(kernel_of(lm.model))
+        return orig(*a, **k)
+
+    lm.model.generate = spy
+    try:
+        out = run_benchmark(lm, ROWS[:1], ["ar", "hf-pld-stock", "hf-stock"], BenchSettings(**FAST), encode=encode,
+                            cost_curve=False, progress=False)
+    finally:
+        del lm.model.generate
+    assert seen and set(seen) == {"stock"} and kernel_of(lm.model) == before
+    assert out.summary["identical_check"] is not None
+    assert HFMethod("x", stock_kernel=True).stock_kernel
+    use_kernel(lm.model, before)

@@ -335,3 +335,39 @@ def test_registry():
     with pytest.raises(ValueError):
         make_drafter("racer-half", merge="hard")
     assert make_drafter("racer", breadth_rule="released").breadth_rule == "released"
+
+
+def test_racer_lookup_chain_goes_past_the_automaton_window():
+    # A 30-token passage seen once, then repeated: the automaton (window 10) can propose at most
+    # the rest of its window below the match; the prompt-lookup chain continues the passage.
+    passage = list(range(10, 40))
+    ctx = [1, 2, 3] + passage + [4, 5] + passage[:5]
+    root = passage[5]
+    trees = {}
+    for method in ("racer", "racer-nochain"):
+        d = make_drafter(method, vocab_size=100)
+        d.start(ctx, 0, None)
+        trees[method] = d.propose(ctx, root, 64)
+        trees[method].validate()
+        assert len(trees[method]) <= 64
+    with_chain, without = trees["racer"], trees["racer-nochain"]
+    want = passage[6:6 + 16]
+    node, depth = 0, 0
+    for tok in want:  # the whole chain is a path of the tree
+        node = with_chain.child(node, tok)
+        assert node >= 0 and with_chain.meta[node].get("lookup") == 1
+        depth += 1
+    assert depth == 16 == with_chain.info["chain_len"]
+    assert max(without.depths) < 16 and "lookup" not in without.sources
+    assert without.info.get("chain_len", 0) == 0
+
+
+def test_racer_lookup_chain_respects_capacity():
+    passage = list(range(10, 40))
+    ctx = passage + [1] + passage[:3]
+    d = make_drafter("racer", vocab_size=100)
+    d.start(ctx, 0, None)
+    for cap in (1, 2, 3, 5, 8):
+        tree = d.propose(ctx, passage[3], cap)
+        tree.validate()
+        assert len(tree) <= cap and tree.info["chain_len"] <= cap - 1

@@ -5,7 +5,7 @@ import pytest
 
 from racer import DecodeConfig, decode, make_drafter
 from racer.costcurve import CostCurve, get_cost_curve
-from racer.sizing import AcceptanceModel, Sizer, choose_size, prune
+from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, prune
 from racer.tree import DraftTree
 from tiny import tiny_lm
 
@@ -71,6 +71,33 @@ def test_acceptance_model_learns():
         m.update(tree, [0, b])
     after = m.estimate(tree)
     assert after[b] > before[b] and after[a] < before[a]
+
+
+def test_acceptance_depends_on_the_previous_step():
+    # The same node is accepted after long accepts and rejected after none: the burst bucket
+    # tells the two apart, and an unseen bucket falls back to what the node did overall.
+    tree = DraftTree.root_only(0)
+    a = tree.add(0, 1, "logits", 0)
+    m = AcceptanceModel()
+    for _ in range(40):
+        m.update(tree, [0, a], burst=3)
+        m.update(tree, [0], burst=0)
+    hot, cold, unseen = m.estimate(tree, 3)[a], m.estimate(tree, 0)[a], m.estimate(tree, 1)[a]
+    assert hot > 0.8 and cold < 0.2 and cold < unseen < hot
+    assert [burst_bucket(n) for n in (0, 1, 2, 3, 4, 9)] == [0, 1, 2, 2, 3, 3]
+
+
+def test_sizer_tracks_the_burst():
+    flat = CostCurve([1, 2, 4, 8], [100], [[10.0, 10.5, 11.0, 12.0]], {}, "")
+    s = Sizer(flat)
+    tree = DraftTree.root_only(0)
+    a = tree.add(0, 1, "lookup", 0)
+    tree.add(a, 2, "lookup", 0)
+    sized = s.size(tree, 100)
+    assert sized.info["burst"] == 0
+    s.observe(sized, [0, 1, 2], {"forward_ms": 10.0})
+    assert s.size(tree, 100).info["burst"] == burst_bucket(2)
+    assert Sizer(flat, burst=False).burst == 0
 
 
 def test_cost_curve_interpolates():

@@ -25,8 +25,8 @@ from .methods import ALL_METHODS, HF_METHODS, BenchMethod, HFMethod, LoopMethod,
 from .runner import BenchRun, BenchSettings, Encoder, run_rows
 from .summary import build_summary, compare_outputs, context_lengths
 
-DEFAULT_METHODS = ("ar", "pld", "tr", "racer", "racer-retrieval", "racer-logits", "racer-half", "racer-hard",
-                   "hf", "hf-pld")
+DEFAULT_METHODS = ("ar", "pld", "tr", "racer", "racer-nochain", "racer-retrieval", "racer-logits", "racer-half",
+                   "racer-hard", "hf", "hf-pld")
 
 
 @dataclass

@@ -15,6 +15,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from .data import DEFAULT_DATA
     from .methods import ALL_METHODS
     from . import DEFAULT_METHODS
+    from ..fastlinear import KERNELS
     p = argparse.ArgumentParser(prog="python -m racer.bench",
                                 description="Benchmark every decoding method (and transformers' generate) on a JSONL "
                                             "of {question_id, category, turns}; writes results.jsonl, summary.json, "
@@ -38,9 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="time every turn R times (interleaved); report the median")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes over every method")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--kernel", choices=["auto", "small-batch", "stock"], default="auto",
-                   help="linear kernel for multi-token forwards, for every method alike (auto: "
-                        "racer.fastlinear's small-batch kernel on CPU)")
+    p.add_argument("--kernel", choices=["auto", *KERNELS], default="auto",
+                   help="linear kernel, for every method alike (auto: racer.fastlinear.choose, "
+                        "the one measured fastest on this device and dtype)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-cost-curve", action="store_true", help="skip measuring the cost curve")
     p.add_argument("--no-images", action="store_true", help="HTML plots only (no PNG rendering)")
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         lm = load_model(args.model, device=args.device, dtype=args.dtype,
-                        small_batch_linear={"auto": None, "small-batch": True, "stock": False}[args.kernel])
+                        linear_kernel=args.kernel)
     except ModelLoadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,13 +15,14 @@ from ..costcurve import _random_tree
 from ..models import LoadedModel
 from ..verify import forward_tree
 
-def parse_args(doc: str | None, repeats: int, sizes: str, dtype: bool = False) -> tuple[argparse.Namespace, list[int]]:
+def parse_args(doc: str | None, repeats: int, sizes: str, dtype: bool = False,
+               context: int = 300) -> tuple[argparse.Namespace, list[int]]:
     """The options every forward-timing script shares; returns the args and the parsed sizes."""
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--model", default="default")
     if dtype:
         ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--context", type=int, default=context)
     ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--sizes", default=sizes)
     args = ap.parse_args()
@@ -60,12 +61,17 @@ def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: i
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def print_table(med: dict[tuple[str, int], float], a: str, b: str, sizes: list[int], title: str) -> None:
-    """Markdown: T, a, b, a/b (>1: b faster), t(T)/t(first size) for b."""
+def print_table(med: dict[tuple[str, int], float], base: str, others: list[str], sizes: list[int],
+                title: str) -> None:
+    """Markdown: T, ms per variant, base/other for each other (>1: other faster), and
+    t(T)/t(first size) for each other."""
     print(title + "\n")
-    print(f"| T | {a} | {b} | {a} / {b} | t(T)/t({sizes[0]}) {b} |")
-    print("|---|---|---|---|---|")
-    base = med[(b, sizes[0])]
+    names = [base, *others]
+    head = names + [f"{base} / {o}" for o in others] + [f"t(T)/t({sizes[0]}) {o}" for o in others]
+    print("| T | " + " | ".join(head) + " |")
+    print("|---" * (len(head) + 1) + "|")
     for T in sizes:
-        x, y = med[(a, T)], med[(b, T)]
-        print(f"| {T} | {x:.1f} | {y:.1f} | {x / y:.2f} | {y / base:.2f} |")
+        cells = [f"{med[(n, T)]:.1f}" for n in names]
+        cells += [f"{med[(base, T)] / med[(o, T)]:.2f}" for o in others]
+        cells += [f"{med[(o, T)] / med[(o, sizes[0])]:.2f}" for o in others]
+        print(f"| {T} | " + " | ".join(cells) + " |")

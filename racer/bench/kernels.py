@@ -1,29 +1,31 @@
-"""Verify-forward time against tree size with PyTorch's stock linear kernel and with
-racer.fastlinear's small-batch kernel, interleaved in one run on one model:
+"""Verify-forward time against tree size for each of racer.fastlinear's linear kernels
+(stock, small-batch, packed), interleaved in one run on one model:
 
     python -m racer.bench.kernels [--context 300] [--repeats 12] [--sizes 1,2,4,8,16,32,64] [--dtype float32]
 
-Prints a markdown table of median ms and the stock / small-batch ratio (>1: small-batch faster).
+Prints a markdown table of median ms, stock / kernel (>1: the kernel is faster) and t(T)/t(1).
+Kernels this build or CPU cannot run in the dtype are left out.
 """
 from __future__ import annotations
 
 import torch
 
-from ..fastlinear import use_small_batch_linear, use_stock_linear
+from ..fastlinear import KERNELS, packed_available, use_kernel
 from ..models import load_model
 from .forwardtimes import parse_args, print_table, time_forwards
 
 
 def main() -> None:
     args, sizes = parse_args(__doc__, repeats=12, sizes="1,2,4,8,16,32,64", dtype=True)
-    lm = load_model(args.model, device="cpu", dtype=args.dtype)
-    variants = {"stock": (lm, lambda: use_stock_linear(lm.model)),
-                "small-batch": (lm, lambda: use_small_batch_linear(lm.model))}
+    lm = load_model(args.model, device="cpu", dtype=args.dtype, linear_kernel="stock")
+    kernels = ["stock"] + [k for k in KERNELS if k != "stock" and (k != "packed" or packed_available(lm.dtype))]
+    # keep_packed: switching back and forth must not re-pack the weights every round.
+    variants = {k: (lm, lambda k=k: use_kernel(lm.model, k, keep_packed=True)) for k in kernels}
     med = time_forwards(variants, sizes, args.context, args.repeats)
     dt = str(lm.dtype).replace("torch.", "")
-    print_table(med, "stock", "small-batch", sizes,
+    print_table(med, "stock", kernels[1:], sizes,
                 f"verify forward, {lm.name} {dt}, context {args.context}, {torch.get_num_threads()} threads, "
-                f"median of {args.repeats} (ms); stock / small-batch > 1: small-batch faster")
+                f"median of {args.repeats} (ms); stock / kernel > 1: the kernel is faster")
 
 
 if __name__ == "__main__":

@@ -27,11 +27,14 @@ import torch
 from ..drafters import METHODS as LOOP_METHODS
 from ..drafters import make_drafter
 from ..drafters.base import Drafter
+from ..fastlinear import kernel_of, use_kernel
 from ..loop import DecodeConfig, DecodeRun
 from ..models import LoadedModel
 from ..prompting import common_prefix
 
-HF_METHODS = ("hf", "hf-pld")
+#: "-stock": the same generate() with PyTorch's stock linear layers for the call, i.e.
+#: transformers as installed, without racer.fastlinear's kernel that every other method runs.
+HF_METHODS = ("hf", "hf-pld", "hf-stock", "hf-pld-stock")
 ALL_METHODS: tuple[str, ...] = tuple(LOOP_METHODS) + HF_METHODS
 #: Per-step phases the decode loop reports (ms), in the order a step runs them.
 PHASES = ("draft", "forward", "verify", "cache", "update", "sizing")
@@ -213,12 +216,28 @@ def _eos_override(model: Any, eos: list[int] | None) -> Iterator[None]:
         gc.eos_token_id = old
 
 
+@contextlib.contextmanager
+def _kernel(model: Any, stock: bool) -> Iterator[None]:
+    """Run the block on PyTorch's stock linear layers when `stock` (keeping the packed copies,
+    so switching back costs nothing), then restore the model's kernel."""
+    before = kernel_of(model)
+    if not stock or before == "stock":
+        yield
+        return
+    use_kernel(model, "stock", keep_packed=True)
+    try:
+        yield
+    finally:
+        use_kernel(model, before)
+
+
 class HFMethod(BenchMethod):
     """transformers' generate(): plain (`hf`) or with its prompt lookup (`hf-pld`)."""
 
-    def __init__(self, name: str = "hf", prompt_lookup: int | None = None) -> None:
+    def __init__(self, name: str = "hf", prompt_lookup: int | None = None, stock_kernel: bool = False) -> None:
         self.name = name
         self.prompt_lookup = prompt_lookup
+        self.stock_kernel = stock_kernel
 
     def session(self, lm: LoadedModel) -> Session:
         return HFSession(self, lm)
@@ -248,7 +267,7 @@ class HFSession(Session):
         kw = self.generate_kwargs(cfg)
         eos = sorted(lm.eos_ids) or None
         clock = _StepClock()
-        with torch.inference_mode(), _eos_override(lm.model, eos):
+        with torch.inference_mode(), _eos_override(lm.model, eos), _kernel(lm.model, self.method.stock_kernel):
             ids = torch.tensor([input_ids], dtype=torch.long, device=lm.device)
             mask = torch.ones_like(ids)
             if not cfg.sampling.greedy:
@@ -287,8 +306,8 @@ def get_method(spec: str | BenchMethod) -> BenchMethod:
         return spec
     if spec == "hf":
         return HFMethod("hf")
-    if spec == "hf-pld":
-        return HFMethod("hf-pld", prompt_lookup=PLD_TOKENS)
+    if spec in HF_METHODS:
+        return HFMethod(spec, prompt_lookup=PLD_TOKENS if "pld" in spec else None, stock_kernel=spec.endswith("-stock"))
     if spec in LOOP_METHODS:
         return LoopMethod(spec)
     raise ValueError(f"unknown method {spec!r}; known: {', '.join(ALL_METHODS)}")

@@ -15,12 +15,15 @@ _FACTORIES: dict[str, tuple[Callable[..., Drafter], dict[str, Any]]] = {
     "pld": (PLDDrafter, {}),
     "tr": (TokenRecyclingDrafter, {}),
     "racer": (RacerDrafter, {"merge": "merge"}),
-    "racer-half": (RacerDrafter, {"merge": "half"}),
-    "racer-hard": (RacerDrafter, {"merge": "hard"}),
-    "racer-retrieval": (RacerDrafter, {"logits": False}),
-    "racer-logits": (RacerDrafter, {"retrieval": False}),
+    # The paper's drafter: no prompt-lookup chain (see racer.drafters.racer). The ablations
+    # below leave the chain out too, so they compare with racer-nochain.
+    "racer-nochain": (RacerDrafter, {"lookup_chain": False}),
+    "racer-half": (RacerDrafter, {"merge": "half", "lookup_chain": False}),
+    "racer-hard": (RacerDrafter, {"merge": "hard", "lookup_chain": False}),
+    "racer-retrieval": (RacerDrafter, {"logits": False, "lookup_chain": False}),
+    "racer-logits": (RacerDrafter, {"retrieval": False, "lookup_chain": False}),
     # The released code's breadth rule (halving at the root too), for the ablation table.
-    "racer-released": (RacerDrafter, {"breadth_rule": "released"}),
+    "racer-released": (RacerDrafter, {"breadth_rule": "released", "lookup_chain": False}),
 }
 
 METHODS: tuple[str, ...] = tuple(_FACTORIES)

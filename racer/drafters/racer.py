@@ -18,6 +18,15 @@ fixed expansion of the rest; neither side gets what the other leaves unused, and
 not refilled (that is the point of the ablation). merge="hard": the logits tree only when
 retrieval proposes nothing.
 
+lookup_chain (ours, not in the paper): the automaton's continuations end at its n-gram window
+(a match of depth d proposes at most N - d tokens) and are ranked by frequency, so a long
+passage the model is copying verbatim (code, extraction) is drafted a few tokens at a time.
+With lookup_chain the draft also gets prompt lookup's chain (the continuation after the most
+recent occurrence of the last 3/2/1 tokens, up to `chain_len`), merged into the same trie:
+where it repeats a node already there, that node is marked `lookup=1`; the rest are new
+"lookup" nodes. Whether the chain is worth verifying is left to tree sizing, which learns its
+acceptance like any other source's. "racer-nochain" is the paper's drafter without it.
+
 `vocab_size` should be the model's logits width; the store grows if a larger id shows up.
 """
 from __future__ import annotations
@@ -32,6 +41,7 @@ from ..automaton import Automaton
 from ..copylogit import RULES, CopyLogitStore, Expansion, write_tree_rows
 from ..tree import DraftTree
 from .base import Drafter, Verified
+from .pld import PLDDrafter
 
 MERGES = ("merge", "half", "hard")
 #: Most copy-logit rows listed in `tree.info["copy_rows"]` (pictures, not data).
@@ -43,7 +53,8 @@ class RacerDrafter(Drafter):
 
     def __init__(self, vocab_size: int = 1, capacity_automaton: int = 10_000, window: int = 10,
                  topk: int = 8, breadth_rule: str = "paper", merge: str = "merge",
-                 retrieval: bool = True, logits: bool = True, name: str | None = None) -> None:
+                 retrieval: bool = True, logits: bool = True, lookup_chain: bool = True, chain_len: int = 16,
+                 name: str | None = None) -> None:
         if breadth_rule not in RULES:
             raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
         if merge not in MERGES:
@@ -60,6 +71,7 @@ class RacerDrafter(Drafter):
         self.wants_topk = self.k if self.logits else 0
         self.automaton = Automaton(capacity=capacity_automaton, window=window)
         self.store = CopyLogitStore(vocab_size, self.k)
+        self.lookup = PLDDrafter(max_draft=chain_len) if lookup_chain else None
         # How many context tokens the automaton has consumed, so `start` can catch up on
         # tokens committed without a verify step (e.g. a final pending root).
         self._fed = 0
@@ -67,6 +79,8 @@ class RacerDrafter(Drafter):
     def reset(self) -> None:
         self.automaton.reset()
         self.store.reset()
+        if self.lookup is not None:
+            self.lookup.reset()
         self._fed = 0
 
     # -- life cycle ----------------------------------------------------------------------
@@ -80,6 +94,8 @@ class RacerDrafter(Drafter):
             self._fed = len(context)
         if self.logits and topk is not None and len(context) > new_from:
             self.store.write(np.asarray(context[new_from:], dtype=np.int64), topk)
+        if self.lookup is not None:
+            self.lookup.start(context, new_from, topk)
 
     def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
         tree = DraftTree.root_only(root)
@@ -95,6 +111,15 @@ class RacerDrafter(Drafter):
         t1 = perf_counter()
         if cont is not None:
             placed = self._insert_retrieval(tree, cont, 1 + r_budget)
+        n_chain = 0
+        if self.lookup is not None and budget > 0:
+            chain = self.lookup.propose(context, root, 1 + budget)
+            at = 0
+            for tok in chain.tokens[1:]:
+                if len(tree) > budget and tree.child(at, tok) < 0:
+                    break  # full: the chain may only merge into what is there
+                at = tree.add(at, tok, "lookup", 0, lookup=1)
+                n_chain += 1
         t2 = perf_counter()
 
         exp = None
@@ -113,6 +138,7 @@ class RacerDrafter(Drafter):
             "match_depth": int(cont.match_depth) if cont is not None else 0,
             "borders": self._borders(cont),
             "n_retrieval": counts["retrieval"], "n_logits": counts["logits"], "n_both": counts["both"],
+            "n_lookup": counts["lookup"], "chain_len": n_chain,
             "capacity": int(capacity),
             "draft_breakdown": {"automaton_ms": (t1 - t0) * 1e3, "logits_ms": (t3 - t2) * 1e3,
                                 "merge_ms": ((t2 - t1) + (t4 - t3)) * 1e3},
