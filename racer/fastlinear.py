@@ -88,6 +88,11 @@ def packed_available(dtype: torch.dtype) -> bool:
         return False
 
 
+def available(dtype: torch.dtype) -> list[str]:
+    """The KERNELS this build and CPU can run in `dtype`."""
+    return [k for k in KERNELS if k != "packed" or packed_available(dtype)]
+
+
 def choose(device: torch.device, dtype: torch.dtype) -> str:
     """The kernel measured fastest for this device and dtype: on CPU in float32 "packed" where
     oneDNN runs, else "small-batch"; "stock" elsewhere. In bfloat16 on a CPU without native bf16

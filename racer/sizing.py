@@ -12,6 +12,7 @@ nodes of highest P (ancestors first on ties), so sizing is a sort and a prefix s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 from .tree import DraftTree
@@ -23,6 +24,7 @@ _RANK_PRIOR = (1.0, 0.35, 0.2, 0.12, 0.08)
 _DEEP_COPY = 0.85
 
 
+@lru_cache(maxsize=None)  # called for every candidate node at every step; few distinct keys
 def _prior(source: str, rank: int, depth: int = 1, burst: int = 0) -> float:
     # "retrieval+lookup" etc.: a node two sources proposed is at least as likely as either's.
     base = max(_PRIOR.get(s, 0.3) for s in source.split("+"))

@@ -8,14 +8,16 @@ The gap grows with the context: what racer_sdpa saves is a copy of the KV cache 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from .. import attention
-from ..models import load_model
+from ..models import LoadedModel, load_model
 from .forwardtimes import parse_args, print_table, time_forwards
 
 
-def _use(lm, name: str):
+def _use(lm: LoadedModel, name: str) -> Callable[[], None]:
     def switch() -> None:
         lm.model.config._attn_implementation = name
     return switch

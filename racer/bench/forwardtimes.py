@@ -15,6 +15,7 @@ from ..costcurve import _random_tree
 from ..models import LoadedModel
 from ..verify import forward_tree
 
+
 def parse_args(doc: str | None, repeats: int, sizes: str, dtype: bool = False,
                context: int = 300) -> tuple[argparse.Namespace, list[int]]:
     """The options every forward-timing script shares; returns the args and the parsed sizes."""

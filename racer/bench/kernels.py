@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..fastlinear import KERNELS, packed_available, use_kernel
+from ..fastlinear import available, use_kernel
 from ..models import load_model
 from .forwardtimes import parse_args, print_table, time_forwards
 
@@ -18,7 +18,7 @@ from .forwardtimes import parse_args, print_table, time_forwards
 def main() -> None:
     args, sizes = parse_args(__doc__, repeats=12, sizes="1,2,4,8,16,32,64", dtype=True)
     lm = load_model(args.model, device="cpu", dtype=args.dtype, linear_kernel="stock")
-    kernels = ["stock"] + [k for k in KERNELS if k != "stock" and (k != "packed" or packed_available(lm.dtype))]
+    kernels = ["stock"] + [k for k in available(lm.dtype) if k != "stock"]
     # keep_packed: switching back and forth must not re-pack the weights every round.
     variants = {k: (lm, lambda k=k: use_kernel(lm.model, k, keep_packed=True)) for k in kernels}
     med = time_forwards(variants, sizes, args.context, args.repeats)

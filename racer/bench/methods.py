@@ -304,8 +304,6 @@ def get_method(spec: str | BenchMethod) -> BenchMethod:
     """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is."""
     if isinstance(spec, BenchMethod):
         return spec
-    if spec == "hf":
-        return HFMethod("hf")
     if spec in HF_METHODS:
         return HFMethod(spec, prompt_lookup=PLD_TOKENS if "pld" in spec else None, stock_kernel=spec.endswith("-stock"))
     if spec in LOOP_METHODS:

@@ -22,14 +22,11 @@ from ..drafters import make_drafter
 from ..loop import DecodeConfig, DecodeRun
 from ..models import load_model
 from ..prompting import build_input_ids
+from .__main__ import _capacity
 from .data import load_rows
 
 PHASES = ("draft_ms", "automaton_ms", "logits_ms", "merge_ms", "sizing_ms", "mask_ms", "forward_ms",
           "verify_ms", "cache_ms", "update_ms", "overhead_ms", "step_ms")
-
-
-def _capacity(text: str) -> int | str:
-    return text if text == "auto" else int(text)
 
 
 @torch.inference_mode()
