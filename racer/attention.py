@@ -35,14 +35,29 @@ def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             and attention_mask.shape[1] == 1 and query.device.type == "cpu" and not (dropout and module.training)
             and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
             and key.shape[1] * n == H and key.shape[-1] == D == value.shape[-1]):
-        L = attention_mask.shape[-1]
         # Query heads g*n .. g*n+n-1 share key/value head g (repeat_kv's order).
         q = query.reshape(B, H // n, n * T, D)
-        mask = attention_mask.expand(B, 1, T, L).repeat(1, 1, n, 1)
+        mask = _repeated(attention_mask, B, T, n)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
         return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+# Every layer of a forward gets the same mask tensor; repeat it once per forward, not per layer.
+# Keyed on identity (the strong reference keeps the id from being reused); masks are built
+# fresh for each forward and never written in place. One tuple, read once: safe across threads.
+_last: tuple[torch.Tensor, int, int, torch.Tensor] | None = None
+
+
+def _repeated(mask: torch.Tensor, B: int, T: int, n: int) -> torch.Tensor:
+    global _last
+    hit = _last
+    if hit is not None and hit[0] is mask and hit[1:3] == (B, n):
+        return hit[3]
+    out = mask.expand(B, 1, T, mask.shape[-1]).repeat(1, 1, n, 1)
+    _last = (mask, B, n, out)
+    return out
 
 
 def register() -> str:

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from .fastlinear import kernel_of
+from .kvcache import new_cache
 from .models import LoadedModel, cache_root
 from .tree import DraftTree
 from .verify import forward_tree
@@ -85,7 +86,7 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
         dev = torch.cuda.get_device_name(lm.device)
     kernel = kernel_of(lm.model)
     attn = str(getattr(lm.model.config, "_attn_implementation", "?"))
-    return {"format": "3", "kernel": kernel, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
+    return {"format": "4", "cache": "growing", "kernel": kernel, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}
 
 
@@ -105,15 +106,13 @@ def _random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
 @torch.inference_mode()
 def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
             repeats: int = 5, progress: Callable[[str], None] | None = None) -> CostCurve:
-    from transformers import DynamicCache
-
     sizes = sizes or (GPU_SIZES if lm.device.type == "cuda" else CPU_SIZES)
     contexts = tuple(c for c in contexts if c + max(sizes) < lm.max_context) or (min(64, lm.max_context // 2),)
     rng = random.Random(0)
     vocab = lm.vocab_size
     grid: list[list[float]] = []
     for ci, ctx in enumerate(contexts):
-        cache = DynamicCache(config=lm.model.config)
+        cache = new_cache(lm.model)
         lm.model(input_ids=torch.tensor([[rng.randrange(vocab) for _ in range(ctx)]], device=lm.device),
                  cache=cache, use_cache=True, logits_to_keep=1)
         times: list[list[float]] = [[] for _ in sizes]

@@ -15,11 +15,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 
 from .drafters.base import Drafter, Verified
 from .models import LoadedModel
 from .costcurve import get_cost_curve
+from .kvcache import new_cache
 from .records import DecodeResult, StepRecord
 from .sizing import Sizer
 from .tree import DraftTree
@@ -80,8 +82,6 @@ class DecodeRun:
 
     @torch.inference_mode()
     def __iter__(self) -> Iterator[StepRecord]:
-        from transformers import DynamicCache
-
         lm, drafter, cfg = self.lm, self.drafter, self.cfg
         model, device = lm.model, lm.device
         sampling = cfg.sampling
@@ -96,14 +96,21 @@ class DecodeRun:
         K = drafter.wants_topk
 
         t_start = time.perf_counter()
-        cache = self.cache = DynamicCache(config=model.config)
+        cache = self.cache = new_cache(model)
         context = list(self.input_ids)
-        n_new = len(context) - self.new_from
         ids = torch.tensor([context], dtype=torch.long, device=device)
-        # Copy-logit style drafters want the top-k at every newly fed position; others only the last.
-        keep = n_new if K else 1
-        logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
-        topk = logits.topk(K, dim=-1).indices.cpu().numpy() if K else None
+        if K and len(context) > self.new_from:
+            # Copy-logit drafters want the top-k after every newly fed token, but their table
+            # keeps one row per token id, the last occurrence's: only those positions need the
+            # vocabulary projection (on a long prompt, about half of them).
+            rows = last_occurrences(context, self.new_from)
+            keep = torch.tensor([self.new_from + i for i in rows], dtype=torch.long, device=device)
+            logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+            topk = np.full((len(context) - self.new_from, K), -1, dtype=np.int64)
+            topk[rows] = logits.topk(K, dim=-1).indices.cpu().numpy()
+        else:
+            logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0]
+            topk = None
         last = logits[-1:]
         root = accept_greedy(DraftTree.root_only(-1), last)[1] if sampling.greedy else \
             int(torch.multinomial(process_logits(last[0], sampling), 1, generator=gen).item())
@@ -201,6 +208,18 @@ class DecodeRun:
         text = lm.tokenizer.decode(out, skip_special_tokens=True)
         self.result = DecodeResult(getattr(drafter, "name", "?"), len(self.input_ids), out, text, len(accept_lengths),
                                    wall, prefill_ms, stop_reason, accept_lengths, totals)
+
+
+def last_occurrences(context: list[int], new_from: int) -> list[int]:
+    """Offsets (from `new_from`, ascending) of the last occurrence of each distinct token in
+    `context[new_from:]`; the final position is always one of them."""
+    seen: set[int] = set()
+    rows = []
+    for i in range(len(context) - 1, new_from - 1, -1):
+        if context[i] not in seen:
+            seen.add(context[i])
+            rows.append(i - new_from)
+    return rows[::-1]
 
 
 def decode(lm: LoadedModel, input_ids: list[int], drafter: Drafter, config: DecodeConfig | None = None,

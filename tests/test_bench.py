@@ -449,3 +449,36 @@ def test_stock_kernel_baselines_run_stock_and_restore(lm):
     assert out.summary["identical_check"] is not None
     assert HFMethod("x", stock_kernel=True).stock_kernel
     use_kernel(lm.model, before)
+
+
+def test_per_method_capacity_sweeps_in_one_run(lm, tmp_path, monkeypatch):
+    monkeypatch.setenv("RACER_CACHE", str(tmp_path))
+    m = get_method("racer@4")
+    assert isinstance(m, LoopMethod) and m.capacity == 4 and m.name == "racer@4"
+    assert get_method("tr@auto").capacity == "auto"
+    for bad in ("hf-pld@8", "racer@0", "racer@x", "nope@8"):
+        with pytest.raises(ValueError):
+            get_method(bad)
+    # The run's capacity is 16; each method keeps its own, and all stay identical to ar.
+    run = run_rows(lm, ROWS[:2], ["ar", "racer@2", "racer@5", "racer@auto"], BenchSettings(**FAST), encode=encode,
+                   progress=False)
+    by = {}
+    for r in run.results:
+        by.setdefault(r["method"], []).append(r)
+    assert max(max(r["tree_sizes"]) for r in by["racer@2"]) == 2
+    assert max(max(r["tree_sizes"]) for r in by["racer@5"]) <= 5
+    assert max(max(r["tree_sizes"]) for r in by["racer@5"]) > 2
+    assert all(r["step_ms"].get("sizing") for r in by["racer@auto"])
+    assert not any(r["step_ms"].get("sizing") for r in by["racer@5"])
+    ref = {(r["question_id"], r["turn"]): r["token_ids"] for r in by["ar"]}
+    for name in ("racer@2", "racer@5", "racer@auto"):
+        assert all(r["token_ids"] == ref[(r["question_id"], r["turn"])] for r in by[name])
+
+
+def test_round_robin_alternates_categories():
+    rows = [Row(str(i), c, ["x"]) for i, c in enumerate("aaabbc")]
+    from racer.bench.data import select_rows
+    assert [r.question_id for r in select_rows(rows, round_robin=True)] == ["0", "3", "5", "1", "4", "2"]
+    assert [r.question_id for r in select_rows(rows, per_category=2, round_robin=True, limit=4)] == ["0", "3", "5", "1"]
+    assert [r.question_id for r in select_rows(rows)] == ["0", "1", "2", "3", "4", "5"]
+    assert parse_args(["--out", "x", "--round-robin"]).round_robin

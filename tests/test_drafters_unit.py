@@ -10,6 +10,7 @@ import pytest
 from racer.copylogit import CopyLogitStore, write_tree_rows
 from racer.drafters import METHODS, make_drafter
 from racer.drafters.base import Verified
+from racer.drafters.pld import PLDDrafter
 from racer.drafters.tr import TEMPLATE_PATH, load_template
 from racer.tree import DraftTree
 
@@ -239,7 +240,8 @@ def test_racer_both_source_by_hand():
     ctx = [1, 2, 3, 4, 5, 1, 2]
     d.start(ctx, 0, None)
     d.store.write([3], np.array([[4, 90, 91, 92, 93, 94, 95, 96]]))
-    tree = d.propose(ctx, 3, 16)
+    # Room for the lookup chain (which repeats 4 5 1 2 3 ... up to 16 deep) and the logits.
+    tree = d.propose(ctx, 3, 40)
     tree.validate()
     n4 = tree.child(0, 4)
     assert tree.sources[n4] == "both"
@@ -371,3 +373,17 @@ def test_racer_lookup_chain_respects_capacity():
         tree = d.propose(ctx, passage[3], cap)
         tree.validate()
         assert len(tree) <= cap and tree.info["chain_len"] <= cap - 1
+
+
+def test_periodic_lookup_continues_a_chain_that_runs_into_the_present():
+    context = [9, 1, 2, 3, 1, 2, 3, 1, 2]
+    plain = PLDDrafter(max_draft=10).propose(context, 3, 16)
+    assert plain.tokens[1:] == [1, 2, 3]            # stops where the match's continuation ends
+    d = PLDDrafter(max_draft=10, periodic=True)
+    tree = d.propose(context, 3, 16)
+    assert tree.tokens[1:] == [1, 2, 3, 1, 2, 3, 1, 2, 3, 1]
+    assert tree.is_chain()
+    assert d.propose(context, 3, 5).tokens[1:] == [1, 2, 3, 1]   # capacity still bounds it
+    # A match with room after it is copied as before, not repeated.
+    far = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 4, 5]
+    assert PLDDrafter(max_draft=10, periodic=True).propose(far, 6, 16).tokens[1:] == far[2:12]

@@ -24,9 +24,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="run only the first N rows (after --categories)")
     p.add_argument("--per-category", type=int, default=None, help="run only the first N rows of each category")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--round-robin", action="store_true",
+                   help="run the rows category by category in turn, so a run stopped early (Ctrl-C keeps what "
+                        "finished) still covers every category alike")
     p.add_argument("--turns", choices=("all", "first"), default="all", help="all turns of each row, or the first only")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help=f"comma-separated, run interleaved in this order; known: {','.join(ALL_METHODS)}")
+                   help=f"comma-separated, run interleaved in this order; known: {','.join(ALL_METHODS)}; a decode-loop method may fix its own capacity, e.g. racer@8,racer@auto (a capacity sweep in one run)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--capacity", default=None, help="draft tree size incl. the root, or 'auto' (default: the library's)")
     p.add_argument("--model", default="default", help="'default', a hub id, a local folder or a .gguf file")
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("a method is listed twice in --methods")
         cats = [c for c in args.categories.split(",")] if args.categories else None
         rows, skipped = load_rows(args.data, categories=cats, limit=args.limit, per_category=args.per_category,
-                                  turns=args.turns)
+                                  turns=args.turns, round_robin=args.round_robin)
         if args.repeats < 1 or args.max_new_tokens < 1:
             raise ValueError("--repeats and --max-new-tokens must be at least 1")
     except (ValueError, OSError) as e:

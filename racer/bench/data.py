@@ -92,9 +92,11 @@ def read_rows(lines: Iterable[str]) -> tuple[list[Row], list[Skipped]]:
 
 
 def select_rows(rows: list[Row], categories: Iterable[str] | None = None, limit: int | None = None,
-                per_category: int | None = None, turns: str = "all") -> list[Row]:
+                per_category: int | None = None, turns: str = "all", round_robin: bool = False) -> list[Row]:
     """Filter by category (an unknown name is an error), keep the first `per_category` of each
-    category, then the first `limit` rows; `turns="first"` keeps only each row's first turn."""
+    category, then the first `limit` rows; `turns="first"` keeps only each row's first turn.
+    `round_robin` orders the rows category by category in turn (first of each, then second of
+    each, ...), so a run stopped early still covers every category alike."""
     if turns not in ("all", "first"):
         raise ValueError("turns must be 'all' or 'first'")
     if categories:
@@ -112,6 +114,11 @@ def select_rows(rows: list[Row], categories: Iterable[str] | None = None, limit:
                 count[r.category] = count.get(r.category, 0) + 1
                 kept.append(r)
         rows = kept
+    if round_robin:
+        by_cat: dict[str, list[Row]] = {}
+        for r in rows:
+            by_cat.setdefault(r.category, []).append(r)
+        rows = [g[i] for i in range(max(map(len, by_cat.values()), default=0)) for g in by_cat.values() if i < len(g)]
     if limit is not None:
         rows = rows[: max(0, limit)]
     if turns == "first":
@@ -120,9 +127,10 @@ def select_rows(rows: list[Row], categories: Iterable[str] | None = None, limit:
 
 
 def load_rows(path: str | Path | None = None, categories: Iterable[str] | None = None, limit: int | None = None,
-              per_category: int | None = None, turns: str = "all") -> tuple[list[Row], list[Skipped]]:
+              per_category: int | None = None, turns: str = "all",
+              round_robin: bool = False) -> tuple[list[Row], list[Skipped]]:
     """Rows to run and rows skipped (with reasons) from a JSONL file (default: the shipped prompts)."""
     path = Path(path) if path else DEFAULT_DATA
     with open(path, encoding="utf-8") as f:
         rows, skipped = read_rows(f)
-    return select_rows(rows, categories, limit, per_category, turns), skipped
+    return select_rows(rows, categories, limit, per_category, turns, round_robin), skipped

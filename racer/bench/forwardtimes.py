@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from ..costcurve import _random_tree
+from ..kvcache import new_cache
 from ..models import LoadedModel
 from ..verify import forward_tree
 
@@ -36,15 +37,15 @@ Variants = dict[str, tuple[LoadedModel, Callable[[], object]]]
 
 @torch.inference_mode()
 def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: int,
-                  seed: int = 0) -> dict[tuple[str, int], float]:
-    """Median ms of one verify forward per (variant, T), after one untimed round."""
-    from transformers import DynamicCache
-
+                  seed: int = 0, cache_for: dict[str, Callable[[object], object]] | None = None
+                  ) -> dict[tuple[str, int], float]:
+    """Median ms of one verify forward per (variant, T), after one untimed round.
+    `cache_for` may give a variant its own KV cache factory (default: racer's)."""
     rng = random.Random(seed)
     caches = {}
     for name, (lm, switch) in variants.items():
         switch()
-        caches[name] = DynamicCache(config=lm.model.config)
+        caches[name] = (cache_for or {}).get(name, new_cache)(lm.model)
         ids = torch.tensor([[rng.randrange(lm.vocab_size) for _ in range(context)]])
         lm.model(input_ids=ids, cache=caches[name], use_cache=True, logits_to_keep=1)
     vocab = min(lm.vocab_size for lm, _ in variants.values())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -116,10 +116,15 @@ class LoopMethod(BenchMethod):
     `accept` (optional) replaces the loop's acceptance rule (tests use it to plant a bug)."""
 
     def __init__(self, name: str, factory: Callable[[LoadedModel], Drafter] | None = None,
-                 accept: Callable[..., tuple[list[int], int]] | None = None) -> None:
+                 accept: Callable[..., tuple[list[int], int]] | None = None,
+                 capacity: int | str | None = None, drafter: str | None = None) -> None:
         self.name = name
-        self.factory = factory or (lambda lm: make_drafter(name, vocab_size=lm.vocab_size))
+        drafter = drafter or name
+        self.factory = factory or (lambda lm: make_drafter(drafter, vocab_size=lm.vocab_size))
         self.accept = accept
+        #: Overrides the run's capacity for this method only ("racer@8": a capacity sweep in one
+        #: interleaved run, so every capacity sees the same machine state).
+        self.capacity = capacity
 
     def session(self, lm: LoadedModel) -> Session:
         return LoopSession(self, lm)
@@ -158,6 +163,8 @@ class LoopSession(Session):
         t0 = time.perf_counter()
         if self.drafter is None:
             self.drafter = self.method.factory(lm)
+        if self.method.capacity is not None:
+            cfg = replace(cfg, capacity=self.method.capacity)
         sizer = self._session_sizer(cfg)
         if sizer is not None:
             kwargs["sizer"] = sizer
@@ -301,9 +308,17 @@ class HFSession(Session):
 
 
 def get_method(spec: str | BenchMethod) -> BenchMethod:
-    """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is."""
+    """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is. A loop
+    method may fix its own capacity: `racer@8`, `tr@auto`."""
     if isinstance(spec, BenchMethod):
         return spec
+    if "@" in spec:
+        base, _, cap = spec.partition("@")
+        if base not in LOOP_METHODS:
+            raise ValueError(f"{spec!r}: only decode-loop methods take a capacity ({', '.join(LOOP_METHODS)})")
+        if cap != "auto" and not (cap.isdigit() and int(cap) >= 1):
+            raise ValueError(f"{spec!r}: the capacity after '@' must be 'auto' or a whole number >= 1")
+        return LoopMethod(spec, capacity=cap if cap == "auto" else int(cap), drafter=base)
     if spec in HF_METHODS:
         return HFMethod(spec, prompt_lookup=PLD_TOKENS if "pld" in spec else None, stock_kernel=spec.endswith("-stock"))
     if spec in LOOP_METHODS:

@@ -1,5 +1,7 @@
 """Prompt lookup decoding: draft the continuation after the most recent earlier occurrence of
-the last 3 (then 2, then 1) tokens of prompt + output, as a chain of up to 10 tokens."""
+the last 3 (then 2, then 1) tokens of prompt + output, as a chain of up to 10 tokens.
+`periodic=True` (used inside racer, not by the `pld` method) continues a chain that runs into
+the present by repeating it."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +13,13 @@ from .base import Drafter
 class PLDDrafter(Drafter):
     name = "pld"
 
-    def __init__(self, max_ngram: int = 3, max_draft: int = 10) -> None:
+    def __init__(self, max_ngram: int = 3, max_draft: int = 10, periodic: bool = False) -> None:
         self.max_ngram, self.max_draft = max_ngram, max_draft
+        # When the matched occurrence is so recent that its continuation runs into the present,
+        # plain prompt lookup stops there. `periodic` keeps copying: the text since the match
+        # is taken to repeat (a list pattern, a refrain, or a small model's loop), so the chain
+        # continues with its own earlier tokens, up to `max_draft`.
+        self.periodic = periodic
         self.reset()
 
     def reset(self) -> None:
@@ -49,6 +56,12 @@ class PLDDrafter(Drafter):
             cont = context[end + 1:end + 1 + limit]
             if len(cont) < limit and end + 1 + len(cont) == len(context):
                 cont = cont + [root]
+                if self.periodic:
+                    # Position len(context) + 1 + i repeats position end + 1 + i, which is
+                    # either in the context or already drafted: period len(context) - end.
+                    period = len(context) - end
+                    while len(cont) < limit:
+                        cont.append(cont[len(cont) - period])
             if cont:
                 for i, t in enumerate(cont[:limit]):
                     tree.add(i, t, "lookup", 0)

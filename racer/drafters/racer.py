@@ -24,7 +24,9 @@ passage the model is copying verbatim (code, extraction) is drafted a few tokens
 With lookup_chain the draft also gets prompt lookup's chain (the continuation after the most
 recent occurrence of the last 3/2/1 tokens, up to `chain_len`), merged into the same trie:
 where it repeats a node already there, that node is marked `lookup=1`; the rest are new
-"lookup" nodes. Whether the chain is worth verifying is left to tree sizing, which learns its
+"lookup" nodes. Where the matched occurrence is so recent that its continuation runs into the
+present, the chain keeps repeating the text since the match (PLDDrafter's `periodic`); plain
+prompt lookup would stop there. Whether the chain is worth verifying is left to tree sizing, which learns its
 acceptance like any other source's. "racer-nochain" is the paper's drafter without it.
 
 `vocab_size` should be the model's logits width; the store grows if a larger id shows up.
@@ -71,7 +73,7 @@ class RacerDrafter(Drafter):
         self.wants_topk = self.k if self.logits else 0
         self.automaton = Automaton(capacity=capacity_automaton, window=window)
         self.store = CopyLogitStore(vocab_size, self.k)
-        self.lookup = PLDDrafter(max_draft=chain_len) if lookup_chain else None
+        self.lookup = PLDDrafter(max_draft=chain_len, periodic=True) if lookup_chain else None
         # How many context tokens the automaton has consumed, so `start` can catch up on
         # tokens committed without a verify step (e.g. a final pending root).
         self._fed = 0
