@@ -13,3 +13,7 @@ $B --data assets/bench_prompts.jsonl --per-category 1 --max-new-tokens 128 \
 # Spec-Bench, 10 questions per category (130), categories in turn so a stopped run stays balanced.
 $B --data ../shared/data/spec_bench.jsonl --per-category 10 --round-robin --methods ar,tr,racer,hf-pld \
   --max-new-tokens 256 --out benchmarks/s4-cpu-specbench10
+# bfloat16 on the shipped prompts (this CPU has no native bf16; compare with the float32 sweep run above).
+$P -m racer.bench --turns first --dtype bfloat16 --no-progress --no-images --capacity auto \
+  --data assets/bench_prompts.jsonl --per-category 1 --max-new-tokens 128 --methods ar,tr,racer,hf-pld \
+  --out benchmarks/s4-cpu-shipped-bf16

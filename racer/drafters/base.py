@@ -5,7 +5,9 @@ Life cycle, driven by `racer.loop.decode`:
 1. `start(context, new_from, topk)` once after the prefill forward. `context` holds every
    token id fed to the model so far (for a chat turn: the whole conversation), `topk` is an
    int array (len(context) - new_from, K) with the K most likely next tokens at each newly
-   fed position (None when `wants_topk == 0`). State kept from earlier turns of the same
+   fed position (None when `wants_topk == 0`). Only the last occurrence of each token id
+   among the new positions is filled; other rows are -1 (what a one-row-per-token table
+   keeps is the same, and the vocabulary projection is skipped for them). State kept from earlier turns of the same
    session persists; `reset()` forgets everything.
 2. Each step: `propose(context, root, capacity)` returns a `DraftTree` rooted at `root` (the
    token the model has just fixed, not yet in `context`) with at most `capacity` nodes
