@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
 from .. import attention
 from ..models import LoadedModel, load_model
-from .forwardtimes import parse_args, print_table, time_forwards
+from .forwardtimes import float32_title, parse_args, print_table, time_forwards
 
 
 def _use(lm: LoadedModel, name: str) -> Callable[[], None]:
@@ -32,9 +30,7 @@ def main() -> None:
     finally:
         lm.model.config._attn_implementation = attention.NAME
     print_table(med, "sdpa", [attention.NAME], sizes,
-                f"verify forward, {lm.name} float32 ({lm.notes[0] if lm.notes else 'stock kernel'}), context "
-                f"{args.context}, {torch.get_num_threads()} threads, median of {args.repeats} (ms); "
-                f"sdpa / {attention.NAME} > 1: {attention.NAME} faster")
+                float32_title(lm, args, f"sdpa / {attention.NAME} > 1: {attention.NAME} faster"))
 
 
 if __name__ == "__main__":

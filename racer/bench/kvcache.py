@@ -7,11 +7,10 @@ Prints a markdown table of median ms, dynamic / growing (>1: growing faster) and
 """
 from __future__ import annotations
 
-import torch
 from transformers import DynamicCache
 
 from ..models import load_model
-from .forwardtimes import parse_args, print_table, time_forwards
+from .forwardtimes import float32_title, parse_args, print_table, time_forwards
 
 
 def main() -> None:
@@ -21,9 +20,7 @@ def main() -> None:
     med = time_forwards(variants, sizes, args.context, args.repeats,
                         cache_for={"dynamic": lambda m: DynamicCache(config=m.config)})
     print_table(med, "dynamic", ["growing"], sizes,
-                f"verify forward, {lm.name} float32 ({lm.notes[0] if lm.notes else 'stock kernel'}), context "
-                f"{args.context}, {torch.get_num_threads()} threads, median of {args.repeats} (ms); "
-                f"dynamic / growing > 1: the in-place cache is faster")
+                float32_title(lm, args, "dynamic / growing > 1: the in-place cache is faster"))
 
 
 if __name__ == "__main__":
