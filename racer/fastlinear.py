@@ -3,9 +3,15 @@
 Verifying a draft tree multiplies every weight matrix by a handful of rows (T = 1..64). The
 decoder is memory-bound there: ideally a T-row product costs about what streaming W once costs.
 PyTorch's `x @ W.T` on CPU goes through MKL, which on this project's AMD machines is far from
-that: measured (2-core AVX2 EPYC, float32, SmolLM2-135M shapes) M=2 costs 1.9x M=1. Two
+that: measured (2-core AVX2 EPYC, float32, SmolLM2-135M shapes) M=2 costs 1.9x M=1. The
 replacements, chosen per model by `choose`:
 
+- "tiled": our own AVX2/FMA kernel (racer/csrc/tiled_linear.cpp) for 1..TILED_MAX_ROWS rows,
+  built once per machine with the system C++ compiler and cached; larger products and
+  vocabulary projections go to "packed". Per call (python -m racer.bench.kernels, float32,
+  SmolLM2-135M shapes) oneDNN's inner product spends 30-40 us even on a 192x576 weight; the
+  tiled kernel spends 7. Whole verify forward: ~1.3x faster than "packed" at T = 1..8.
+  Its per-row result does not depend on how many rows share the call.
 - "packed": oneDNN's inner product on a weight reordered once into oneDNN's blocked layout
   (the path PyTorch's own inductor uses for frozen CPU linears). Whole verify forward
   (benchmarks/micro/kernels-float32.md): t(8)/t(1) = 1.37 against 1.59 for "small-batch" and
@@ -20,12 +26,18 @@ Every method of a run shares the model and so the kernel: greedy identity is una
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import sys
+import threading
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-KERNELS = ("packed", "small-batch", "stock")
+KERNELS = ("tiled", "packed", "small-batch", "stock")
 
 # Above this many rows the library GEMM is as fast or faster (measured on the cost curve).
 MAX_ROWS = 64
@@ -73,7 +85,79 @@ class PackedLinear(nn.Linear):
         return torch.ops.mkldnn._linear_pointwise(x, self._packed(), self.bias, "none", [], "")
 
 
-_CLASSES: dict[str, type[nn.Linear]] = {"packed": PackedLinear, "small-batch": SmallBatchLinear, "stock": nn.Linear}
+# The tiled kernel's row limit and the widest output it takes: above them oneDNN was measured
+# as fast or faster (a 49152-wide vocabulary projection: 0.85-0.9x at 2..16 rows).
+TILED_MAX_ROWS = 16
+TILED_MAX_OUT = 8192
+_SOURCE = Path(__file__).with_name("csrc") / "tiled_linear.cpp"
+_build_lock = threading.Lock()
+_build_error: str | None = None
+
+
+def _tiled_build_dir(tag: str) -> Path:
+    from .models import cache_root  # models imports this module
+    return cache_root() / "kernels" / f"tiled-{tag}"
+
+
+@lru_cache(maxsize=None)
+def tiled_ops() -> Any:
+    """The compiled tiled kernel, or None where it cannot run: no AVX2/FMA, no C++ compiler, or
+    RACER_TILED=0. Built on first use (about 40 s; progress on stderr) into the racer cache,
+    keyed by the source, PyTorch and Python versions, and loaded from there afterwards."""
+    global _build_error
+    if os.environ.get("RACER_TILED", "1") == "0":
+        _build_error = "disabled by RACER_TILED=0"
+        return None
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        _build_error = f"CPU capability {torch.backends.cpu.get_cpu_capability()} has no AVX2"
+        return None
+    with _build_lock:
+        try:
+            from torch.utils import cpp_extension
+
+            tag = hashlib.sha1((_SOURCE.read_text() + torch.__version__ + sys.version).encode()).hexdigest()[:12]
+            build = _tiled_build_dir(tag)
+            build.mkdir(parents=True, exist_ok=True)
+            # ninja may come from pip (requirements.txt), next to this interpreter, off PATH.
+            here = os.path.dirname(sys.executable)
+            if here not in os.environ.get("PATH", "").split(os.pathsep):
+                os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+            if not any(build.glob("*.so")):
+                print("racer: building the tiled linear kernel (once per machine, about 40 s)",
+                      file=sys.stderr, flush=True)
+            return cpp_extension.load(
+                name=f"racer_tiled_{tag}", sources=[str(_SOURCE)], build_directory=str(build),
+                extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+        except Exception as e:  # noqa: BLE001 - any build failure means: use another kernel
+            _build_error = f"{e.__class__.__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+            return None
+
+
+def tiled_available() -> bool:
+    """Whether the tiled kernel runs here (builds it on first call)."""
+    return tiled_ops() is not None and packed_available(torch.float32)
+
+
+def tiled_unavailable_reason() -> str | None:
+    return None if tiled_available() else (_build_error or "oneDNN packed kernel unavailable")
+
+
+class TiledLinear(PackedLinear):
+    """nn.Linear computed by racer's tiled kernel for 1..TILED_MAX_ROWS float32 rows and
+    outputs up to TILED_MAX_OUT wide; everything else as PackedLinear (which keeps the
+    reordered weight for it)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if (1 <= rows <= TILED_MAX_ROWS and self.out_features <= TILED_MAX_OUT and x.dtype == torch.float32
+                and self.weight.dtype == torch.float32 and x.device.type == "cpu"
+                and self.weight.device.type == "cpu" and not torch.is_grad_enabled()):
+            return tiled_ops().tiled_linear(x, self.weight, self.bias)
+        return super().forward(x)
+
+
+_CLASSES: dict[str, type[nn.Linear]] = {"tiled": TiledLinear, "packed": PackedLinear,
+                                        "small-batch": SmallBatchLinear, "stock": nn.Linear}
 
 
 @lru_cache(maxsize=None)
@@ -89,16 +173,25 @@ def packed_available(dtype: torch.dtype) -> bool:
 
 
 def available(dtype: torch.dtype) -> list[str]:
-    """The KERNELS this build and CPU can run in `dtype`."""
-    return [k for k in KERNELS if k != "packed" or packed_available(dtype)]
+    """The KERNELS this build and CPU can run in `dtype` (the tiled one takes float32 only)."""
+    def runs(k: str) -> bool:
+        if k == "packed":
+            return packed_available(dtype)
+        if k == "tiled":
+            return dtype == torch.float32 and tiled_available()
+        return True
+    return [k for k in KERNELS if runs(k)]
 
 
 def choose(device: torch.device, dtype: torch.dtype) -> str:
-    """The kernel measured fastest for this device and dtype: on CPU in float32 "packed" where
-    oneDNN runs, else "small-batch"; "stock" elsewhere. In bfloat16 on a CPU without native bf16
-    both replacements were measured slower (python -m racer.bench.kernels --dtype bfloat16)."""
+    """The kernel measured fastest for this device and dtype: on CPU in float32 "tiled" where it
+    builds, else "packed" where oneDNN runs, else "small-batch"; "stock" elsewhere. In bfloat16
+    on a CPU without native bf16 the replacements were measured slower
+    (python -m racer.bench.kernels --dtype bfloat16)."""
     if device.type != "cpu" or dtype != torch.float32:
         return "stock"
+    if tiled_available():
+        return "tiled"
     return "packed" if packed_available(dtype) else "small-batch"
 
 
@@ -110,14 +203,16 @@ def use_kernel(model: nn.Module, kernel: str, keep_packed: bool = False) -> int:
     keep_packed (for A/B timing that switches back and forth)."""
     if kernel not in _CLASSES:
         raise ValueError(f"unknown linear kernel {kernel!r}; one of {KERNELS}")
-    if kernel == "packed" and not any(packed_available(p.dtype) for p in model.parameters()):
-        raise ValueError("the packed kernel needs oneDNN support for this dtype on this CPU")
+    if kernel in ("packed", "tiled") and not any(packed_available(p.dtype) for p in model.parameters()):
+        raise ValueError(f"the {kernel} kernel needs oneDNN support for this dtype on this CPU")
+    if kernel == "tiled" and not tiled_available():
+        raise ValueError(f"the tiled kernel cannot run here: {tiled_unavailable_reason()}")
     cls = _CLASSES[kernel]
     n = 0
     for module in model.modules():
         if type(module) in _CLASSES.values():
             module.__class__ = cls
-            if cls is PackedLinear and module.weight.device.type == "cpu":
+            if issubclass(cls, PackedLinear) and module.weight.device.type == "cpu":
                 module._packed()
             elif not keep_packed:
                 module.__dict__.pop("_racer_packed", None)

@@ -220,8 +220,12 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
             fastlinear.use_kernel(model, kernel)
         except ValueError as e:
             raise ModelLoadError(str(e)) from e
-        notes.append({"packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
+        notes.append({"tiled": "tiled AVX2 linear kernel for 1..16-token forwards, oneDNN packed above "
+                               "(a reordered copy of every weight)",
+                      "packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
+    if linear_kernel == "auto" and kernel == "packed" and fastlinear.tiled_unavailable_reason():
+        notes.append(f"tiled linear kernel unavailable ({fastlinear.tiled_unavailable_reason()})")
     config = model.config
     if getattr(config, "_attn_implementation", impl) not in (*TREE_ATTENTION, attention.NAME):
         raise ModelLoadError(f"{name} runs attention '{config._attn_implementation}', which cannot take a tree mask")

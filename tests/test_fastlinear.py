@@ -8,14 +8,17 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from racer.fastlinear import (KERNELS, MAX_ROWS, PackedLinear, SmallBatchLinear, choose, kernel_of,
-                              packed_available, use_kernel)
+from racer.fastlinear import (KERNELS, MAX_ROWS, TILED_MAX_OUT, TILED_MAX_ROWS, PackedLinear, SmallBatchLinear,
+                              TiledLinear, choose, kernel_of, packed_available, tiled_available, tiled_ops,
+                              use_kernel)
 from racer.verify import forward_tree
 from tests.test_loop_tiny import rand_prompt, random_tree
 from tests.tiny import tiny_lm
 
-FAST = [k for k in KERNELS if k != "stock" and (k != "packed" or packed_available(torch.float32))]
-CLS = {"packed": PackedLinear, "small-batch": SmallBatchLinear}
+FAST = [k for k in KERNELS if k != "stock" and (k != "packed" or packed_available(torch.float32))
+        and (k != "tiled" or tiled_available())]
+CLS = {"tiled": TiledLinear, "packed": PackedLinear, "small-batch": SmallBatchLinear}
+needs_tiled = pytest.mark.skipif(not tiled_available(), reason="tiled kernel not built here (no AVX2 or no compiler)")
 
 
 @pytest.mark.parametrize("kernel", FAST)
@@ -102,6 +105,79 @@ def test_tree_logits_same_with_every_kernel():
 
 def test_chosen_only_where_measured_faster():
     cpu = torch.device("cpu")
-    assert choose(cpu, torch.float32) == ("packed" if packed_available(torch.float32) else "small-batch")
+    want = "tiled" if tiled_available() else "packed" if packed_available(torch.float32) else "small-batch"
+    assert choose(cpu, torch.float32) == want
     assert choose(cpu, torch.bfloat16) == "stock"
     assert choose(torch.device("cuda"), torch.float32) == "stock"
+
+
+@needs_tiled
+@pytest.mark.parametrize("k_in,n_out", [(1, 1), (7, 5), (13, 40), (48, 80), (65, 3), (576, 193)])
+def test_tiled_matches_linear_on_odd_shapes(k_in, n_out):
+    # Widths that are not multiples of the 8-float vector or of the 3-row weight tile take the
+    # kernel's tail paths.
+    ops = tiled_ops()
+    torch.manual_seed(k_in * 1000 + n_out)
+    w, b = torch.randn(n_out, k_in), torch.randn(n_out)
+    for rows in range(1, TILED_MAX_ROWS + 1):
+        x = torch.randn(rows, k_in)
+        want = torch.nn.functional.linear(x.double(), w.double(), b.double()).float()
+        assert torch.allclose(ops.tiled_linear(x, w, b), want, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(ops.tiled_linear(x, w, None), want - b, atol=1e-4, rtol=1e-4)
+
+
+@needs_tiled
+def test_tiled_rows_do_not_depend_on_the_batch():
+    # A row's result is bit-identical whether it is computed alone or among 2..16 rows, at any
+    # position: the per-output summation order is fixed.
+    ops = tiled_ops()
+    torch.manual_seed(7)
+    w = torch.randn(97, 200)
+    x = torch.randn(TILED_MAX_ROWS, 200)
+    alone = torch.cat([ops.tiled_linear(x[i:i + 1], w, None) for i in range(TILED_MAX_ROWS)])
+    for rows in range(2, TILED_MAX_ROWS + 1):
+        assert torch.equal(ops.tiled_linear(x[:rows], w, None), alone[:rows])
+    assert torch.equal(ops.tiled_linear(x[5:11], w, None), alone[5:11])
+
+
+@needs_tiled
+def test_tiled_rejects_what_it_cannot_compute():
+    ops = tiled_ops()
+    with pytest.raises(RuntimeError, match="float32"):
+        ops.tiled_linear(torch.ones(2, 4, dtype=torch.float64), torch.ones(3, 4, dtype=torch.float64), None)
+    with pytest.raises(RuntimeError, match="last dimension"):
+        ops.tiled_linear(torch.ones(2, 5), torch.ones(3, 4), None)
+    assert ops.tiled_linear(torch.ones(0, 4), torch.ones(3, 4), None).shape == (0, 3)
+
+
+@needs_tiled
+def test_tiled_hands_large_products_to_onednn():
+    # Over TILED_MAX_ROWS rows (prefill) or TILED_MAX_OUT outputs (a vocabulary projection) the
+    # packed path runs: the result still matches nn.Linear, and the tiled op is not called.
+    torch.manual_seed(2)
+    wide = nn.Linear(16, TILED_MAX_OUT + 1)
+    ref = nn.Linear(16, TILED_MAX_OUT + 1)
+    ref.load_state_dict(wide.state_dict())
+    use_kernel(wide, "tiled")
+    calls = []
+    real = tiled_ops().tiled_linear
+
+    class Spy:
+        def tiled_linear(self, *a):
+            calls.append(a[0].shape)
+            return real(*a)
+    import racer.fastlinear as fl
+    saved = fl.tiled_ops
+    narrow = nn.Linear(16, 8)
+    use_kernel(narrow, "tiled")
+    fl.tiled_ops = lambda: Spy()
+    try:
+        with torch.inference_mode():
+            x = torch.randn(1, 3, 16)
+            assert torch.allclose(wide(x), ref(x), atol=1e-5)
+            narrow(torch.randn(TILED_MAX_ROWS + 1, 16))
+            assert calls == []
+            narrow(torch.randn(TILED_MAX_ROWS, 16))
+            assert calls == [(TILED_MAX_ROWS, 16)]
+    finally:
+        fl.tiled_ops = saved

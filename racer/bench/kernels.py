@@ -1,5 +1,5 @@
 """Verify-forward time against tree size for each of racer.fastlinear's linear kernels
-(stock, small-batch, packed), interleaved in one run on one model:
+(stock, small-batch, packed, tiled), interleaved in one run on one model:
 
     python -m racer.bench.kernels [--context 300] [--repeats 12] [--sizes 1,2,4,8,16,32,64] [--dtype float32]
 
