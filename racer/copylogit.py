@@ -28,21 +28,27 @@ class Expansion:
     ranks: list[int] = field(default_factory=list)       # position in the parent's row
     breadths: list[int] = field(default_factory=list)    # how many row entries the node may expand
     depths: list[int] = field(default_factory=list)      # 1 = child of the root
+    probs: list[float] = field(default_factory=list)     # its probability in the parent's row; -1 unknown
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
 class CopyLogitStore:
-    """(V, K) int32 table of next-token ids, -1 = empty."""
+    """(V, K) int32 table of next-token ids, -1 = empty, and beside it the model's probability
+    of each entry when the writer gave one (-1 where not): tree sizing learns acceptance per
+    probability bucket, which separates a confident row from a flat one where ranks cannot."""
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
         if k < 1:
             raise ValueError("k must be >= 1")
         self.k = int(k)
         self.table = np.full((max(int(vocab_size), 1), self.k), -1, dtype=np.int32)
-        # token -> its non-empty row as a Python list; dropped whenever the row is rewritten.
+        self.probs = np.full(self.table.shape, -1.0, dtype=np.float32)
+        # token -> its non-empty row (and its probabilities) as Python lists; dropped whenever
+        # the row is rewritten.
         self._rows: dict[int, list[int]] = {}
+        self._row_p: dict[int, list[float]] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -50,7 +56,9 @@ class CopyLogitStore:
 
     def reset(self) -> None:
         self.table.fill(-1)
+        self.probs.fill(-1.0)
         self._rows.clear()
+        self._row_p.clear()
 
     def __len__(self) -> int:
         """Number of non-empty rows (for pictures and tests; O(V))."""
@@ -63,12 +71,14 @@ class CopyLogitStore:
         while size < n:
             size *= 2
         extra = np.full((size - self.vocab_size, self.k), -1, dtype=np.int32)
+        self.probs = np.concatenate([self.probs, extra.astype(np.float32)])
         self.table = np.concatenate([self.table, extra])
 
-    def write(self, tokens: np.ndarray | list[int], topk: np.ndarray) -> None:
-        """Set row `tokens[i]` to `topk[i]` for every i. For a token that occurs several
-        times the last occurrence wins (numpy does not promise an order for repeated fancy
-        indices, so the last occurrences are picked explicitly)."""
+    def write(self, tokens: np.ndarray | list[int], topk: np.ndarray, probs: np.ndarray | None = None) -> None:
+        """Set row `tokens[i]` to `topk[i]` (and its probabilities to `probs[i]`) for every i.
+        For a token that occurs several times the last occurrence wins (numpy does not
+        promise an order for repeated fancy indices, so the last occurrences are picked
+        explicitly)."""
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
             return
@@ -78,9 +88,16 @@ class CopyLogitStore:
         rows = np.full((tokens.size, self.k), -1, dtype=np.int32)
         w = min(self.k, topk.shape[1])
         rows[:, :w] = topk[:, :w]
+        prow = np.full((tokens.size, self.k), -1.0, dtype=np.float32)
+        if probs is not None:
+            probs = np.asarray(probs)
+            if probs.shape != topk.shape:
+                raise ValueError(f"probs must have topk's shape {topk.shape}, got {probs.shape}")
+            prow[:, :w] = probs[:, :w]
+            prow[rows < 0] = -1.0
         keep = tokens >= 0
         if not keep.all():
-            tokens, rows = tokens[keep], rows[keep]
+            tokens, rows, prow = tokens[keep], rows[keep], prow[keep]
             if tokens.size == 0:
                 return
         hi = int(tokens.max())
@@ -90,11 +107,13 @@ class CopyLogitStore:
         uniq, first_rev = np.unique(tokens[::-1], return_index=True)
         last = tokens.size - 1 - first_rev
         self.table[uniq] = rows[last]
+        self.probs[uniq] = prow[last]
         cache = self._rows
         if cache:
-            pop = cache.pop
+            pop, pop_p = cache.pop, self._row_p.pop
             for t in uniq.tolist():
                 pop(t, None)
+                pop_p(t, None)
 
     def row(self, token: int) -> list[int]:
         """Non-empty entries of `token`'s row, best first (a cached list: do not mutate)."""
@@ -106,6 +125,15 @@ class CopyLogitStore:
                 r = []
             self._rows[token] = r
         return r
+
+    def row_p(self, token: int) -> list[float]:
+        """The probabilities of `row(token)`'s entries (-1 where none was written)."""
+        p = self._row_p.get(token)
+        if p is None:
+            n = len(self.row(token))
+            p = self.probs[token, :n].tolist() if n else []
+            self._row_p[token] = p
+        return p
 
     def expand(self, root: int, capacity: int, rule: str = "paper") -> Expansion:
         """BFS logits tree from `root` with at most `capacity` nodes (root excluded).
@@ -120,7 +148,8 @@ class CopyLogitStore:
         if capacity <= 0:
             return out
         tokens, parents, ranks, breadths, depths = out.tokens, out.parents, out.ranks, out.breadths, out.depths
-        row = self.row
+        probs = out.probs
+        row, row_p = self.row, self.row_p
         root_shift = 0 if rule == "paper" else 1
         # (node index, token, breadth, depth, shift for its children)
         queue = deque([(-1, int(root), self.k, 0, root_shift)])
@@ -130,6 +159,7 @@ class CopyLogitStore:
             entries = row(tok)
             if not entries:
                 continue
+            ps = row_p(tok)
             for j, child in enumerate(entries[:b]):
                 cb = b >> (j + s)
                 if cb < 1:
@@ -139,6 +169,7 @@ class CopyLogitStore:
                 ranks.append(j)
                 breadths.append(cb)
                 depths.append(d + 1)
+                probs.append(ps[j])
                 queue.append((n, child, cb, d + 1, 1))
                 n += 1
                 if n >= capacity:
@@ -147,7 +178,7 @@ class CopyLogitStore:
 
 
 def write_tree_rows(store: CopyLogitStore, tokens: list[int], topk: np.ndarray | None,
-                    accepted: list[int]) -> None:
+                    accepted: list[int], probs: np.ndarray | None = None) -> None:
     """Write the rows of every verified tree node. When a token sits at several nodes, the
     accepted node wins: its logits were computed on the real context, the others' on a
     prefix that was rejected, so it is the true "last time the token was fed"."""
@@ -157,4 +188,5 @@ def write_tree_rows(store: CopyLogitStore, tokens: list[int], topk: np.ndarray |
     on_path = np.zeros(n, dtype=bool)
     on_path[[i for i in accepted if 0 <= i < n]] = True
     order = np.concatenate([np.flatnonzero(~on_path), np.flatnonzero(on_path)])
-    store.write(np.asarray(tokens, dtype=np.int64)[order], np.asarray(topk)[:n][order])
+    store.write(np.asarray(tokens, dtype=np.int64)[order], np.asarray(topk)[:n][order],
+                None if probs is None else np.asarray(probs)[:n][order])

@@ -125,9 +125,15 @@ def tiled_ops() -> Any:
             if not any(build.glob("*.so")):
                 print("racer: building the tiled linear kernel (once per machine, about 40 s)",
                       file=sys.stderr, flush=True)
-            return cpp_extension.load(
+            ops = cpp_extension.load(
                 name=f"racer_tiled_{tag}", sources=[str(_SOURCE)], build_directory=str(build),
                 extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+            # A build that loads but computes wrongly (a miscompiling toolchain) must not be used.
+            x, w = torch.randn(5, 37), torch.randn(11, 37)
+            if not torch.allclose(ops.tiled_linear(x, w, None), x @ w.T, atol=1e-4):
+                _build_error = "the built kernel failed its self-check"
+                return None
+            return ops
         except Exception as e:  # noqa: BLE001 - any build failure means: use another kernel
             _build_error = f"{e.__class__.__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
             return None

@@ -94,6 +94,7 @@ class DecodeRun:
             accept = accept_greedy if sampling.greedy else (lambda t, lg: accept_sampling(t, lg, sampling, gen))
         drafter.detail = cfg.detail
         K = drafter.wants_topk
+        want_p = bool(K) and drafter.wants_topk_p
 
         t_start = time.perf_counter()
         cache = self.cache = new_cache(model)
@@ -107,14 +108,17 @@ class DecodeRun:
             keep = torch.tensor([self.new_from + i for i in rows], dtype=torch.long, device=device)
             logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
             topk = np.full((len(context) - self.new_from, K), -1, dtype=np.int64)
-            topk[rows] = logits.topk(K, dim=-1).indices.cpu().numpy()
+            topk_p = np.full(topk.shape, -1.0, dtype=np.float32) if want_p else None
+            topk[rows], p = top_k(logits, K, want_p)
+            if topk_p is not None:
+                topk_p[rows] = p
         else:
             logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0]
-            topk = None
+            topk = topk_p = None
         last = logits[-1:]
         root = accept_greedy(DraftTree.root_only(-1), last)[1] if sampling.greedy else \
             int(torch.multinomial(process_logits(last[0], sampling), 1, generator=gen).item())
-        drafter.start(context, self.new_from, topk)
+        drafter.start(context, self.new_from, topk, topk_p)
         self._sync()
         prefill_ms = (time.perf_counter() - t_start) * 1e3
 
@@ -163,14 +167,14 @@ class DecodeRun:
             self._sync()
             t2 = time.perf_counter()
             path, next_root = accept(tree, logits)
-            node_topk = logits.topk(K, dim=-1).indices.cpu().numpy() if K else None
+            node_topk, node_p = top_k(logits, K, want_p) if K else (None, None)
             t3 = time.perf_counter()
             keep_path(cache, past, path, len(tree))
             self._sync()
             t4 = time.perf_counter()
             committed = [tree.tokens[i] for i in path]
             context.extend(committed)
-            extra = drafter.observe(Verified(tree, node_topk, path, committed, next_root, context))
+            extra = drafter.observe(Verified(tree, node_topk, path, committed, next_root, context, node_p))
             t5 = time.perf_counter()
 
             # Commit limits: stop at an end-of-sequence token or at exactly max_new_tokens.
@@ -208,6 +212,16 @@ class DecodeRun:
         text = lm.tokenizer.decode(out, skip_special_tokens=True)
         self.result = DecodeResult(getattr(drafter, "name", "?"), len(self.input_ids), out, text, len(accept_lengths),
                                    wall, prefill_ms, stop_reason, accept_lengths, totals)
+
+
+def top_k(logits: torch.Tensor, k: int, probs: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The k most likely next-token ids per row of `logits` and, if asked, their softmax
+    probabilities (float32)."""
+    values, ids = logits.topk(k, dim=-1)
+    if not probs:
+        return ids.cpu().numpy(), None
+    p = (values.float() - logits.float().logsumexp(dim=-1, keepdim=True)).exp()
+    return ids.cpu().numpy(), p.cpu().numpy()
 
 
 def last_occurrences(context: list[int], new_from: int) -> list[int]:

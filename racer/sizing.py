@@ -22,13 +22,32 @@ from .tree import DraftTree
 _PRIOR = {"retrieval": 0.55, "both": 0.65, "lookup": 0.55, "logits": 0.40, "template": 0.35}
 _RANK_PRIOR = (1.0, 0.35, 0.2, 0.12, 0.08)
 _DEEP_COPY = 0.85
+#: Buckets of a copy-logit entry's probability in its row (upper edges), and the prior q of
+#: each. The row was computed in another context, so q sits well below the probability:
+#: measured on the shipped prompts (racer, capacity 40, 128 tokens, 2,000 logits nodes whose
+#: parent was accepted) q was 0.01-0.02 below 0.05, 0.05-0.08 in 0.05-0.2, 0.16-0.26 in
+#: 0.2-0.5, and only 0.34-0.35 above 0.5.
+_P_EDGES = (0.05, 0.2, 0.5, 0.8)
+_P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
+
+
+def p_bucket(p: float | None) -> int:
+    """0..4 by a copy-logit entry's probability; -1 when unknown."""
+    if p is None or p < 0:
+        return -1
+    for b, edge in enumerate(_P_EDGES):
+        if p < edge:
+            return b
+    return len(_P_EDGES)
 
 
 @lru_cache(maxsize=None)  # called for every candidate node at every step; few distinct keys
-def _prior(source: str, rank: int, depth: int = 1, burst: int = 0) -> float:
+def _prior(source: str, rank: int, depth: int = 1, burst: int = 0, pb: int = -1) -> float:
     # "retrieval+lookup" etc.: a node two sources proposed is at least as likely as either's.
     base = max(_PRIOR.get(s, 0.3) for s in source.split("+"))
     if source in ("logits", "template"):
+        if pb >= 0:
+            return _P_PRIOR[pb]
         return base * _RANK_PRIOR[min(rank, len(_RANK_PRIOR) - 1)]
     if burst < 2:
         return base
@@ -42,7 +61,8 @@ class AcceptanceModel:
     """Beta-style counts per bucket with back-off: each bucket's estimate shrinks towards its
     coarser parent's, the coarsest towards the prior. Buckets, coarse to fine: (source, depth,
     rank); + burst, the bucketed accepted length of the previous step (acceptance comes in
-    runs: copying stretches and free text); + retrieval frequency share and border depth."""
+    runs: copying stretches and free text) and the bucketed probability of a copy-logit entry
+    in its row; + retrieval frequency share and border depth."""
     #: Pseudo-counts of each level's parent estimate, coarse to fine.
     weights: tuple[float, ...] = (4.0, 4.0, 4.0)
     counts: dict[tuple, list[float]] = field(default_factory=dict)
@@ -63,7 +83,7 @@ class AcceptanceModel:
             share_b = min(int(4 * freq / total), 3)
             bd_b = min(int(meta.get("border_depth", 0)), 8) // 2
         coarse = (src, depth, rank)
-        mid = coarse + (burst,)
+        mid = coarse + (burst, p_bucket(meta.get("p_row")))
         return coarse, mid, mid + (share_b, bd_b)
 
     def _sibling_freq(self, tree: DraftTree) -> dict[int, int]:
@@ -75,7 +95,7 @@ class AcceptanceModel:
         return out
 
     def _q(self, keys: tuple[tuple, ...]) -> float:
-        q = _prior(keys[0][0], keys[0][2], keys[0][1], keys[1][3])
+        q = _prior(keys[0][0], keys[0][2], keys[0][1], keys[1][3], keys[1][4])
         for key, weight in zip(keys, self.weights):
             a, n = self.counts.get(key, (0.0, 0.0))
             q = (a + weight * q) / (n + weight)
@@ -148,8 +168,61 @@ def burst_bucket(accepted_drafts: int) -> int:
     return 0 if accepted_drafts <= 0 else 1 if accepted_drafts == 1 else 2 if accepted_drafts <= 3 else 3
 
 
+class ForwardCalibration:
+    """How the verify forwards of this decoding compare with the cost curve, per tree size.
+
+    The curve is measured once, on random trees in a quiet loop; inside real decoding the
+    forwards differ (measured, session 5: T=1 ran ~15 % under the curve and T=4..8 ~5 %
+    over it, so the curve made trees look cheaper than they were and sizing over-drafted).
+    Each step's forward time updates a moving average of observed/predicted for its size;
+    a size not seen yet borrows the ratio of the nearest smaller size that was (the cost of
+    a larger tree is never assumed to drop below what is known), else 1."""
+
+    def __init__(self, alpha: float = 0.05, min_count: int = 3) -> None:
+        self.alpha, self.min_count = alpha, min_count
+        self.ratio: dict[int, float] = {}
+        self.count: dict[int, int] = {}
+
+    @staticmethod
+    def bucket(size: int) -> int:
+        # Sizes up to 16 are chosen often and kept apart; above, powers of two share a ratio.
+        return size if size <= 16 else 1 << (size - 1).bit_length()
+
+    def observe(self, size: int, observed_ms: float, predicted_ms: float) -> None:
+        if predicted_ms <= 0 or observed_ms <= 0:
+            return
+        b = self.bucket(size)
+        r = observed_ms / predicted_ms
+        n = self.count.get(b, 0)
+        # Plain mean over the first observations, then a moving average.
+        a = max(self.alpha, 1.0 / (n + 1))
+        self.ratio[b] = r if n == 0 else (1 - a) * self.ratio[b] + a * r
+        self.count[b] = n + 1
+
+    def factor(self, size: int) -> float:
+        b = self.bucket(size)
+        best = None
+        for k, n in self.count.items():
+            if n >= self.min_count and k <= b and (best is None or k > best):
+                best = k
+        return self.ratio[best] if best is not None else 1.0
+
+    def factors(self, n: int) -> list[float]:
+        """factor(T) for T = 1..n in one pass."""
+        ready = sorted(k for k, c in self.count.items() if c >= self.min_count)
+        out, i, f = [], 0, 1.0
+        for T in range(1, n + 1):
+            b = self.bucket(T)
+            while i < len(ready) and ready[i] <= b:
+                f = self.ratio[ready[i]]
+                i += 1
+            out.append(f)
+        return out
+
+
 class Sizer:
-    """Per-session sizing state: the acceptance model and the per-step overhead estimate."""
+    """Per-session sizing state: the acceptance model, the per-step overhead estimate and the
+    calibration of the cost curve against this decoding's own forwards."""
 
     def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True) -> None:
         self.curve = curve
@@ -165,11 +238,18 @@ class Sizer:
         self._idle = 0
         self.use_burst = burst
         self.burst = 0  # bucket of the previous step's accepted draft length
+        self.calibration = ForwardCalibration()
+        self._predicted: tuple[int, float] | None = None
+
+    def cost_ms(self, size: int, context_len: int) -> float:
+        """Predicted verify-forward ms: the cost curve scaled by this decoding's calibration."""
+        return self.curve.t(size, context_len) * self.calibration.factor(size)
 
     def size(self, tree: DraftTree, context_len: int) -> DraftTree:
         probs = self.model.estimate(tree, self.burst)
-        keep, expected, rates = choose_size(probs, lambda T: self.curve.t(T, context_len), self.overhead_ms,
-                                            self.max_size)
+        n = min(len(tree), self.max_size)
+        costs = [self.curve.t(T, context_len) * f for T, f in zip(range(1, n + 1), self.calibration.factors(n))]
+        keep, expected, rates = choose_size(probs, lambda T: costs[T - 1], self.overhead_ms, self.max_size)
         explore = False
         if len(keep) == 1 and len(tree) > 1:
             self._idle += 1
@@ -181,9 +261,12 @@ class Sizer:
         else:
             self._idle = 0
         out = prune(tree, keep, probs)
+        self._predicted = (len(keep), self.curve.t(len(keep), context_len))
         out.info.update({"chosen_T": len(keep), "candidates": len(tree), "expected_accept": round(expected, 4),
                          "explore": explore, "burst": self.burst,
-                         "rates": [round(r * 1e3, 3) for r in rates]})
+                         "rates": [round(r * 1e3, 3) for r in rates],
+                         # The forward ms sizing assumed (the curve after calibration), per size.
+                         "cost_ms": [round(c, 2) for c in costs[:len(rates)]]})
         return out
 
     def observe(self, tree: DraftTree, accepted: list[int], timings: dict[str, float]) -> None:
@@ -192,3 +275,6 @@ class Sizer:
             self.burst = burst_bucket(len(accepted) - 1)
         over = sum(v for k, v in timings.items() if k != "forward_ms")
         self.overhead_ms = 0.9 * self.overhead_ms + 0.1 * over
+        if self._predicted is not None and "forward_ms" in timings and self._predicted[0] == len(tree):
+            self.calibration.observe(len(tree), timings["forward_ms"], self._predicted[1])
+        self._predicted = None

@@ -387,3 +387,33 @@ def test_periodic_lookup_continues_a_chain_that_runs_into_the_present():
     # A match with room after it is copied as before, not repeated.
     far = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 4, 5]
     assert PLDDrafter(max_draft=10, periodic=True).propose(far, 6, 16).tokens[1:] == far[2:12]
+
+
+def test_store_keeps_row_probabilities_and_expansion_carries_them():
+    s = CopyLogitStore(50, 4)
+    s.write([1, 2], np.array([[2, 3, -1, -1], [4, 5, 6, -1]]),
+            np.array([[0.7, 0.2, 0.05, 0.0], [0.5, 0.3, 0.1, 0.05]], dtype=np.float32))
+    assert s.row(1) == [2, 3] and s.row_p(1) == pytest.approx([0.7, 0.2])  # no probability for empty entries
+    assert s.row_p(2) == pytest.approx([0.5, 0.3, 0.1])
+    exp = s.expand(1, 10)
+    assert exp.tokens == [2, 3, 4, 5, 6][:len(exp.tokens)]
+    assert exp.probs[:2] == pytest.approx([0.7, 0.2]) and exp.probs[2] == pytest.approx(0.5)
+    # A writer without probabilities (Token Recycling, racer-ranks) leaves them unknown (-1),
+    # and a rewrite replaces the cached list.
+    s.write([1], np.array([[9, -1, -1, -1]]))
+    assert s.row(1) == [9] and s.row_p(1) == [-1.0]
+    with pytest.raises(ValueError, match="shape"):
+        s.write([1], np.array([[9, 8, 7, 6]]), np.array([[0.5]]))
+    s.reset()
+    assert s.row_p(2) == [] and (s.probs == -1).all()
+
+
+def test_racer_logits_nodes_carry_their_row_probability():
+    d = make_drafter("racer", vocab_size=100)
+    d.start([1, 2, 3], 0, np.tile(np.array([[7, 8, -1, -1, -1, -1, -1, -1]]), (3, 1)),
+            np.tile(np.array([[0.9, 0.05, 0, 0, 0, 0, 0, 0]], dtype=np.float32), (3, 1)))
+    tree = d.propose([1, 2, 3], 3, 40)  # room for the lookup chain and the logits tree
+    probs = {tree.tokens[i]: tree.meta[i].get("p_row") for i in range(1, len(tree)) if tree.depths[i] == 1}
+    assert probs[7] == pytest.approx(0.9) and probs[8] == pytest.approx(0.05)
+    assert d.wants_topk_p and not make_drafter("racer-ranks", vocab_size=100).wants_topk_p
+    assert not make_drafter("tr", vocab_size=100).wants_topk_p

@@ -1,11 +1,12 @@
 """Hardware-aware sizing: the choice follows the cost curve and the acceptance estimates."""
 import random
 
+import numpy as np
 import pytest
 
 from racer import DecodeConfig, decode, make_drafter
 from racer.costcurve import CostCurve, get_cost_curve
-from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, prune
+from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, p_bucket, prune
 from racer.tree import DraftTree
 from tiny import tiny_lm
 
@@ -150,3 +151,78 @@ def test_sizer_explores_when_it_would_never_draft():
     sizes = [len(sizer.size(tree, 100)) for _ in range(40)]
     assert sizes.count(1) >= 35 and any(s > 1 for s in sizes)
     # The kept nodes after exploration are still ancestor-closed (prune validates).
+
+
+def test_acceptance_separates_confident_rows_from_flat_ones():
+    # Two rank-0 copy-logit nodes: one from a row whose top entry had probability 0.9, one
+    # from a flat row (0.1). Before any data the prior already ranks them apart; after the
+    # confident kind is always accepted and the flat kind never, the estimates follow.
+    tree = DraftTree.root_only(0)
+    sure = tree.add(0, 1, "logits", 0, p_row=0.9)
+    flat = tree.add(sure, 2, "logits", 0, p_row=0.1)
+    other = tree.add(0, 3, "logits", 0)
+    m = AcceptanceModel()
+    p0 = m.estimate(tree)
+    assert p0[sure] > 3 * (p0[flat] / p0[sure]) and p0[other] > 0
+    for _ in range(40):
+        m.update(tree, [0, sure])
+    p1 = m.estimate(tree)
+    assert p1[sure] > 0.85 and p1[flat] / p1[sure] < 0.1
+    assert [p_bucket(p) for p in (None, -1.0, 0.0, 0.05, 0.3, 0.6, 0.99)] == [-1, -1, 0, 1, 2, 3, 4]
+
+
+def test_loop_hands_row_probabilities_to_the_drafter():
+    # The probabilities the loop computes are the model's softmax at the top-k ids.
+    import torch
+
+    from racer.loop import top_k
+    logits = torch.randn(3, 40)
+    ids, p = top_k(logits, 5, True)
+    want = torch.softmax(logits, -1).gather(-1, torch.as_tensor(ids))
+    assert torch.allclose(torch.as_tensor(p), want, atol=1e-6)
+    assert top_k(logits, 5, False)[1] is None
+    lm = tiny_lm(vocab=96)
+    d = make_drafter("racer", vocab_size=96)
+    decode(lm, [3, 4, 5, 6] * 6, d, DecodeConfig(max_new_tokens=20, capacity=8))
+    rows = d.store.table[:, 0] >= 0
+    assert rows.any() and (d.store.probs[rows, 0] > 0).all() and (d.store.probs[rows, 0] <= 1).all()
+    assert (np.diff(d.store.probs[rows], axis=1) <= 1e-6).all()  # best first
+
+
+def test_calibration_follows_observed_forwards():
+    from racer.sizing import ForwardCalibration
+    c = ForwardCalibration(min_count=3)
+    assert c.factor(4) == 1.0
+    for _ in range(3):
+        c.observe(1, 8.0, 10.0)
+    assert c.factor(1) == pytest.approx(0.8)
+    assert c.factor(6) == pytest.approx(0.8)  # unseen size: the nearest smaller one's ratio
+    for _ in range(50):
+        c.observe(4, 13.0, 10.0)
+    assert c.factor(4) == pytest.approx(1.3) and c.factor(7) == pytest.approx(1.3) and c.factor(2) == pytest.approx(0.8)
+    assert c.bucket(16) == 16 and c.bucket(17) == c.bucket(32) == 32
+    c.observe(4, 0.0, 10.0)  # a missing timing changes nothing
+    assert c.factor(4) == pytest.approx(1.3)
+    for _ in range(3):
+        c.observe(40, 20.0, 10.0)
+    assert c.factors(70) == [c.factor(T) for T in range(1, 71)] and c.factor(20) == pytest.approx(1.3)
+    assert c.factor(33) == c.factor(64) == pytest.approx(2.0)
+
+
+def test_sizer_drafts_less_when_its_forwards_run_over_the_curve():
+    # The curve says trees are nearly free; this decoding's forwards say every extra node
+    # costs 40 % of a one-token forward. After calibration the sizer keeps fewer nodes than a
+    # fresh one with the same acceptance estimates.
+    curve = CostCurve([1, 2, 4, 8, 16], [100], [[10.0, 10.2, 10.4, 10.8, 11.6]], {}, "")
+    tree = random_tree(random.Random(2), 16)
+    fresh, slow = Sizer(curve), Sizer(curve)
+    for T in range(1, 17):
+        for _ in range(3):
+            slow.calibration.observe(T, 10.0 * (1 + 0.4 * (T - 1)), curve.t(T, 100))
+    a, b = slow.size(tree, 100), fresh.size(tree, 100)
+    assert len(a) < len(b)
+    assert a.info["cost_ms"][3] == pytest.approx(22.0, rel=0.01) and b.info["cost_ms"][3] == pytest.approx(curve.t(4, 100), abs=0.01)
+    # The decode loop's timings reach the calibration: the size it chose and its forward ms.
+    n = sum(slow.calibration.count.values())
+    slow.observe(a, [0], {"forward_ms": 12.0, "draft_ms": 0.1})
+    assert sum(slow.calibration.count.values()) == n + 1

@@ -96,13 +96,18 @@ def cost_figure(curve: dict[str, Any], *, width: int = 900, height: int = 460, h
 
 def cost_curve_from_step(step: Any, curve: Any, hardware: str | None = None) -> dict[str, Any]:
     """Cost-figure input from a sized step: info "rates" (expected tokens per ms for T = 1..n,
-    as scaled by the sizer: tokens/s) plus the curve's forward ms at the step's context."""
+    as scaled by the sizer: tokens/s) plus the forward ms sizing assumed (info "cost_ms"; the
+    curve's at the step's context for records without it)."""
     from ._data import get
     info = dict(get(step, "info", None) or {})
     rates = list(info.get("rates") or [])
     sizes = list(range(1, len(rates) + 1)) or list(getattr(curve, "sizes", [1]))
     table = curve.table(int(get(step, "context_len", 0) or 0), sizes)
-    out: dict[str, Any] = {"sizes": list(table["sizes"]), "ms": list(table["ms"]), "chosen_T": info.get("chosen_T")}
+    # Sizing's own costs (the curve calibrated against this decoding's forwards) when recorded.
+    ms = list(info.get("cost_ms") or [])
+    if len(ms) != len(table["sizes"]):
+        ms = list(table["ms"])
+    out: dict[str, Any] = {"sizes": list(table["sizes"]), "ms": ms, "chosen_T": info.get("chosen_T")}
     if rates:
         out["tokens_per_s"] = [float(r) for r in rates]
     if info.get("expected_accept") is not None:

@@ -18,6 +18,8 @@ _FACTORIES: dict[str, tuple[Callable[..., Drafter], dict[str, Any]]] = {
     # The paper's drafter: no prompt-lookup chain (see racer.drafters.racer). The ablations
     # below leave the chain out too, so they compare with racer-nochain.
     "racer-nochain": (RacerDrafter, {"lookup_chain": False}),
+    # Tree sizing without the copy-logit entries' probabilities (ranks only, as before session 5).
+    "racer-ranks": (RacerDrafter, {"row_probs": False}),
     "racer-half": (RacerDrafter, {"merge": "half", "lookup_chain": False}),
     "racer-hard": (RacerDrafter, {"merge": "hard", "lookup_chain": False}),
     "racer-retrieval": (RacerDrafter, {"logits": False, "lookup_chain": False}),

@@ -5,7 +5,8 @@ Life cycle, driven by `racer.loop.decode`:
 1. `start(context, new_from, topk)` once after the prefill forward. `context` holds every
    token id fed to the model so far (for a chat turn: the whole conversation), `topk` is an
    int array (len(context) - new_from, K) with the K most likely next tokens at each newly
-   fed position (None when `wants_topk == 0`). Only the last occurrence of each token id
+   fed position (None when `wants_topk == 0`), `topk_p` their probabilities (None unless
+   `wants_topk_p`). Only the last occurrence of each token id
    among the new positions is filled; other rows are -1 (what a one-row-per-token table
    keeps is the same, and the vocabulary projection is skipped for them). State kept from earlier turns of the same
    session persists; `reset()` forgets everything.
@@ -39,20 +40,26 @@ class Verified:
     #: The token fixed after the last accepted node (the next root).
     next_root: int
     context: list[int]
+    #: (T, K) float array: the model's probability of each `topk` entry, or None (given only
+    #: to drafters with `wants_topk_p`).
+    topk_p: np.ndarray | None = None
 
 
 class Drafter:
     name: str = "base"
     #: How many top next-token ids per verified position the drafter needs (0 = none).
     wants_topk: int = 0
+    #: Whether it also wants their probabilities (a log-sum-exp per verified position).
+    wants_topk_p: bool = False
     #: When True, drafters add picture data (snapshots, rows used) to `tree.info`.
     detail: bool = False
 
     def reset(self) -> None:
         """Forget all state (a new session)."""
 
-    def start(self, context: list[int], new_from: int, topk: np.ndarray | None) -> None:
-        """Observe the prefill."""
+    def start(self, context: list[int], new_from: int, topk: np.ndarray | None,
+              topk_p: np.ndarray | None = None) -> None:
+        """Observe the prefill (`topk_p`: as in Verified)."""
 
     def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
         return DraftTree.root_only(root)

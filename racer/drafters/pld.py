@@ -27,7 +27,8 @@ class PLDDrafter(Drafter):
         self._last: dict[tuple[int, ...], int] = {}
         self._indexed = 0
 
-    def start(self, context: list[int], new_from: int, topk: np.ndarray | None) -> None:
+    def start(self, context: list[int], new_from: int, topk: np.ndarray | None,
+              topk_p: np.ndarray | None = None) -> None:
         self.reset()
 
     def _index(self, context: list[int]) -> None:

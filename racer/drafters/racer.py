@@ -56,7 +56,7 @@ class RacerDrafter(Drafter):
     def __init__(self, vocab_size: int = 1, capacity_automaton: int = 10_000, window: int = 10,
                  topk: int = 8, breadth_rule: str = "paper", merge: str = "merge",
                  retrieval: bool = True, logits: bool = True, lookup_chain: bool = True, chain_len: int = 16,
-                 name: str | None = None) -> None:
+                 row_probs: bool = True, name: str | None = None) -> None:
         if breadth_rule not in RULES:
             raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
         if merge not in MERGES:
@@ -71,6 +71,9 @@ class RacerDrafter(Drafter):
         self.retrieval = bool(retrieval)
         self.logits = bool(logits)
         self.wants_topk = self.k if self.logits else 0
+        # The model's probability of each copy-logit entry, for tree sizing (ours, not in the
+        # paper): "racer-ranks" leaves it out, so sizing sees ranks only.
+        self.wants_topk_p = self.logits and bool(row_probs)
         self.automaton = Automaton(capacity=capacity_automaton, window=window)
         self.store = CopyLogitStore(vocab_size, self.k)
         self.lookup = PLDDrafter(max_draft=chain_len, periodic=True) if lookup_chain else None
@@ -87,7 +90,8 @@ class RacerDrafter(Drafter):
 
     # -- life cycle ----------------------------------------------------------------------
 
-    def start(self, context: list[int], new_from: int, topk: np.ndarray | None) -> None:
+    def start(self, context: list[int], new_from: int, topk: np.ndarray | None,
+              topk_p: np.ndarray | None = None) -> None:
         if self.retrieval:
             # Feed everything the automaton has not seen; if the context was rebuilt (not an
             # extension of what was fed), trust the caller's `new_from`.
@@ -95,7 +99,7 @@ class RacerDrafter(Drafter):
             self.automaton.feed(list(context[begin:]))
             self._fed = len(context)
         if self.logits and topk is not None and len(context) > new_from:
-            self.store.write(np.asarray(context[new_from:], dtype=np.int64), topk)
+            self.store.write(np.asarray(context[new_from:], dtype=np.int64), topk, topk_p)
         if self.lookup is not None:
             self.lookup.start(context, new_from, topk)
 
@@ -160,7 +164,7 @@ class RacerDrafter(Drafter):
     def observe(self, step: Verified) -> dict[str, Any] | None:
         tree = step.tree
         if self.logits:
-            write_tree_rows(self.store, tree.tokens, step.topk, step.accepted)
+            write_tree_rows(self.store, tree.tokens, step.topk, step.accepted, step.topk_p)
         evicted: list[dict[str, Any]] = []
         if self.retrieval:
             self.automaton.feed(list(step.committed))
@@ -194,12 +198,13 @@ class RacerDrafter(Drafter):
         place: list[int] = []
         inserted: list[int] = []
         add, child = tree.add, tree.child
-        for i, (tok, par, rank, b) in enumerate(zip(exp.tokens, exp.parents, exp.ranks, exp.breadths)):
+        for i, (tok, par, rank, b, p) in enumerate(zip(exp.tokens, exp.parents, exp.ranks, exp.breadths,
+                                                        exp.probs)):
             at = 0 if par < 0 else place[par]
             node = -1
             if at >= 0:
                 if len(tree) < limit or child(at, tok) >= 0:
-                    node = add(at, tok, "logits", rank, breadth=b)
+                    node = add(at, tok, "logits", rank, breadth=b, p_row=p)
                     inserted.append(i)
             place.append(node)
         return inserted

@@ -59,7 +59,8 @@ class TokenRecyclingDrafter(Drafter):
     def reset(self) -> None:
         self.store.reset()
 
-    def start(self, context: list[int], new_from: int, topk: np.ndarray | None) -> None:
+    def start(self, context: list[int], new_from: int, topk: np.ndarray | None,
+              topk_p: np.ndarray | None = None) -> None:
         if topk is not None and len(context) > new_from:
             self.store.write(np.asarray(context[new_from:], dtype=np.int64), topk)
 
