@@ -8,9 +8,10 @@ replacements, chosen per model by `choose`:
 
 - "tiled": our own AVX2/FMA kernel (racer/csrc/tiled_linear.cpp) for 1..TILED_MAX_ROWS rows,
   built once per machine with the system C++ compiler and cached; larger products and
-  vocabulary projections go to "packed". Per call (python -m racer.bench.kernels, float32,
-  SmolLM2-135M shapes) oneDNN's inner product spends 30-40 us even on a 192x576 weight; the
-  tiled kernel spends 7. Whole verify forward: ~1.3x faster than "packed" at T = 1..8.
+  vocabulary projections go to "packed". Per call (float32, SmolLM2-135M shapes, weights in
+  cache) oneDNN's inner product spends 35-40 us even on a 192x576 weight at one row; the tiled
+  kernel 7 us, and 120 us against 187 us on 1536x576 at 8 rows. Whole verify forward
+  (benchmarks/micro/kernels-tiled-float32.md): 1.07-1.27x faster than "packed" at T = 1..16.
   Its per-row result does not depend on how many rows share the call.
 - "packed": oneDNN's inner product on a weight reordered once into oneDNN's blocked layout
   (the path PyTorch's own inductor uses for frozen CPU linears). Whole verify forward

@@ -144,6 +144,16 @@ def test_tree_hover_has_the_facts(step64):
     assert "rejected" in hover[rejected]
 
 
+def test_tree_hover_shows_the_copy_logit_probability(step64):
+    import copy
+    step = copy.deepcopy(step64)
+    step.tree.meta[1]["p_row"] = 0.4321
+    step.tree.meta[2]["p_row"] = -1.0  # written without probabilities: not shown
+    hover = trace(draft_tree_figure(step, S.decode), "nodes").hovertemplate
+    assert "probability in its copy-logit row: 0.43" in hover[1]
+    assert "copy-logit row" not in hover[2]
+
+
 def test_tree_labels_escape_and_show_whitespace():
     rec = S.small_step_record()
     fig = draft_tree_figure(rec, S.decode)
