@@ -200,15 +200,10 @@ class ForwardCalibration:
         self.count[b] = n + 1
 
     def factor(self, size: int) -> float:
-        b = self.bucket(size)
-        best = None
-        for k, n in self.count.items():
-            if n >= self.min_count and k <= b and (best is None or k > best):
-                best = k
-        return self.ratio[best] if best is not None else 1.0
+        return self.factors(size)[-1]
 
     def factors(self, n: int) -> list[float]:
-        """factor(T) for T = 1..n in one pass."""
+        """The scale of the curve's cost for T = 1..n, in one pass."""
         ready = sorted(k for k, c in self.count.items() if c >= self.min_count)
         out, i, f = [], 0, 1.0
         for T in range(1, n + 1):
@@ -241,14 +236,13 @@ class Sizer:
         self.calibration = ForwardCalibration()
         self._predicted: tuple[int, float] | None = None
 
-    def cost_ms(self, size: int, context_len: int) -> float:
-        """Predicted verify-forward ms: the cost curve scaled by this decoding's calibration."""
-        return self.curve.t(size, context_len) * self.calibration.factor(size)
-
     def size(self, tree: DraftTree, context_len: int) -> DraftTree:
         probs = self.model.estimate(tree, self.burst)
-        n = min(len(tree), self.max_size)
-        costs = [self.curve.t(T, context_len) * f for T, f in zip(range(1, n + 1), self.calibration.factors(n))]
+        # Every size sizing may choose, exploration's included.
+        n = min(len(tree), max(self.max_size, self.explore_nodes + 1))
+        curve = [self.curve.t(T, context_len) for T in range(1, n + 1)]
+        # Predicted verify-forward ms: the cost curve scaled by this decoding's calibration.
+        costs = [c * f for c, f in zip(curve, self.calibration.factors(n))]
         keep, expected, rates = choose_size(probs, lambda T: costs[T - 1], self.overhead_ms, self.max_size)
         explore = False
         if len(keep) == 1 and len(tree) > 1:
@@ -261,7 +255,7 @@ class Sizer:
         else:
             self._idle = 0
         out = prune(tree, keep, probs)
-        self._predicted = (len(keep), self.curve.t(len(keep), context_len))
+        self._predicted = (len(keep), curve[len(keep) - 1])
         out.info.update({"chosen_T": len(keep), "candidates": len(tree), "expected_accept": round(expected, 4),
                          "explore": explore, "burst": self.burst,
                          "rates": [round(r * 1e3, 3) for r in rates],
