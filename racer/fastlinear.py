@@ -86,10 +86,8 @@ class PackedLinear(nn.Linear):
         return torch.ops.mkldnn._linear_pointwise(x, self._packed(), self.bias, "none", [], "")
 
 
-# The tiled kernel's row limit and the widest output it takes: above them oneDNN was measured
-# as fast or faster (a 49152-wide vocabulary projection: the tiled kernel 0.83-0.95x at 2..16 rows).
+# The tiled kernel's row limit: from there on (prefill) oneDNN's blocked GEMM wins.
 TILED_MAX_ROWS = 16
-TILED_MAX_OUT = 8192
 _SOURCE = Path(__file__).with_name("csrc") / "tiled_linear.cpp"
 _build_lock = threading.Lock()
 _build_error: str | None = None
@@ -98,6 +96,11 @@ _build_error: str | None = None
 def _tiled_build_dir(tag: str) -> Path:
     from .models import cache_root  # models imports this module
     return cache_root() / "kernels" / f"tiled-{tag}"
+
+
+def tiled_source_tag() -> str:
+    """A hash of the kernel's source: a changed kernel gets its own build and cost curves."""
+    return hashlib.sha1(_SOURCE.read_bytes()).hexdigest()[:12]
 
 
 @lru_cache(maxsize=None)
@@ -116,7 +119,7 @@ def tiled_ops() -> Any:
         try:
             from torch.utils import cpp_extension
 
-            tag = hashlib.sha1((_SOURCE.read_text() + torch.__version__ + sys.version).encode()).hexdigest()[:12]
+            tag = hashlib.sha1((tiled_source_tag() + torch.__version__ + sys.version).encode()).hexdigest()[:12]
             build = _tiled_build_dir(tag)
             build.mkdir(parents=True, exist_ok=True)
             # ninja may come from pip (requirements.txt), next to this interpreter, off PATH.
@@ -150,13 +153,12 @@ def tiled_unavailable_reason() -> str | None:
 
 
 class TiledLinear(PackedLinear):
-    """nn.Linear computed by racer's tiled kernel for 1..TILED_MAX_ROWS float32 rows and
-    outputs up to TILED_MAX_OUT wide; everything else as PackedLinear (which keeps the
-    reordered weight for it)."""
+    """nn.Linear computed by racer's tiled kernel for 1..TILED_MAX_ROWS float32 rows;
+    everything else as PackedLinear (which keeps the reordered weight for it)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if (1 <= rows <= TILED_MAX_ROWS and self.out_features <= TILED_MAX_OUT and x.dtype == torch.float32
+        if (1 <= rows <= TILED_MAX_ROWS and x.dtype == torch.float32
                 and self.weight.dtype == torch.float32 and x.device.type == "cpu"
                 and self.weight.device.type == "cpu" and not torch.is_grad_enabled()):
             return tiled_ops().tiled_linear(x, self.weight, self.bias)

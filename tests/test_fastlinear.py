@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from racer.fastlinear import (KERNELS, MAX_ROWS, TILED_MAX_OUT, TILED_MAX_ROWS, PackedLinear, SmallBatchLinear,
+from racer.fastlinear import (KERNELS, MAX_ROWS, TILED_MAX_ROWS, PackedLinear, SmallBatchLinear,
                               TiledLinear, choose, kernel_of, packed_available, tiled_available, tiled_ops,
                               use_kernel)
 from racer.verify import forward_tree
@@ -152,11 +152,11 @@ def test_tiled_rejects_what_it_cannot_compute():
 
 @needs_tiled
 def test_tiled_hands_large_products_to_onednn():
-    # Over TILED_MAX_ROWS rows (prefill) or TILED_MAX_OUT outputs (a vocabulary projection) the
-    # packed path runs: the result still matches nn.Linear, and the tiled op is not called.
+    # Over TILED_MAX_ROWS rows (prefill) the packed path runs; up to it every linear, the
+    # vocabulary-wide projection included, runs tiled and still matches nn.Linear.
     torch.manual_seed(2)
-    wide = nn.Linear(16, TILED_MAX_OUT + 1)
-    ref = nn.Linear(16, TILED_MAX_OUT + 1)
+    wide = nn.Linear(16, 49153)
+    ref = nn.Linear(16, 49153)
     ref.load_state_dict(wide.state_dict())
     use_kernel(wide, "tiled")
     calls = []
@@ -173,11 +173,16 @@ def test_tiled_hands_large_products_to_onednn():
     fl.tiled_ops = lambda: Spy()
     try:
         with torch.inference_mode():
-            x = torch.randn(1, 3, 16)
-            assert torch.allclose(wide(x), ref(x), atol=1e-5)
             narrow(torch.randn(TILED_MAX_ROWS + 1, 16))
             assert calls == []
             narrow(torch.randn(TILED_MAX_ROWS, 16))
             assert calls == [(TILED_MAX_ROWS, 16)]
+            x = torch.randn(1, 3, 16)
+            assert torch.allclose(wide(x), ref(x), atol=1e-5)
+            assert calls[-1] == (1, 3, 16)
+            n = len(calls)
+            xs = torch.randn(TILED_MAX_ROWS + 1, 16)
+            assert torch.allclose(wide(xs), ref(xs), atol=1e-5)
+            assert len(calls) == n
     finally:
         fl.tiled_ops = saved

@@ -1,13 +1,15 @@
 // y = x W^T (+ b) for float32 inputs of a few rows: the shapes of tree verification on a CPU.
 //
-// W is streamed once: each tile holds NW rows of W in registers' reach and runs them against
-// up to 4 rows of x at a time, with NW * 4 independent AVX2 accumulators, enough to keep both
-// FMA pipes busy. oneDNN and MKL spend tens of microseconds per call on shapes this small and
-// lose efficiency from 2 rows on; measured in racer/fastlinear.py's docstring.
+// W is streamed once, in blocks of 12 rows. A block runs against the rows of x 4 at a time as
+// four 3x4 tiles, and against the 1-3 rows left over as one 12x1, two 6x2 or three 4x3 tiles:
+// every tile keeps 12 independent AVX2 accumulators, enough to hide FMA latency on both pipes
+// whatever the number of rows (with 3-row weight tiles a 5-7-token tree ran its last rows on
+// 3-9 accumulators and cost as much as 8 tokens). oneDNN and MKL spend tens of microseconds per
+// call on shapes this small; measured in racer/fastlinear.py's docstring.
 //
-// Every output y[m, n] is summed by the same operations in the same order whatever the number
-// of rows and wherever row m falls in its tile, so a token's result does not depend on how many
-// tokens share the forward (batch invariance).
+// Every output y[m, n] is summed by the same operations in the same order whatever the tile
+// shape, the number of rows and where row m falls, so a token's result does not depend on how
+// many tokens share the forward (batch invariance).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -22,24 +24,45 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// y[r, j] = x[r] . w[j] for NX rows of x and NW rows of w. When pf is set, the tile also
+// prefetches rows pf[0..NW) of W (the same rows of the next block) at the same k, one cache
+// line per step pair.
 template <int NW, int NX>
 inline void tile(const float* __restrict x, const float* __restrict w, int64_t K, float* __restrict y,
-                 int64_t ldy) {
+                 int64_t ldy, const float* pf = nullptr) {
   __m256 acc[NX][NW];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int r = 0; r < NX; ++r)
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int j = 0; j < NW; ++j) acc[r][j] = _mm256_setzero_ps();
   const int64_t K8 = K & ~int64_t(7);
   for (int64_t k = 0; k < K8; k += 8) {
-    __m256 wv[NW];
-#pragma GCC unroll 8
-    for (int j = 0; j < NW; ++j) wv[j] = _mm256_loadu_ps(w + j * K + k);
-#pragma GCC unroll 8
-    for (int r = 0; r < NX; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * K + k);
-#pragma GCC unroll 8
-      for (int j = 0; j < NW; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+    // 16 registers hold the 12 accumulators plus the operands of the narrower side, loaded
+    // once per k step; the wider side streams through one more.
+    if (pf && (k & 15) == 0) {
+#pragma GCC unroll 12
+      for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(pf + j * K + k), _MM_HINT_T1);
+    }
+    if constexpr (NW <= NX) {
+      __m256 wv[NW];
+#pragma GCC unroll 12
+      for (int j = 0; j < NW; ++j) wv[j] = _mm256_loadu_ps(w + j * K + k);
+#pragma GCC unroll 12
+      for (int r = 0; r < NX; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x + r * K + k);
+#pragma GCC unroll 12
+        for (int j = 0; j < NW; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+      }
+    } else {
+      __m256 xv[NX];
+#pragma GCC unroll 12
+      for (int r = 0; r < NX; ++r) xv[r] = _mm256_loadu_ps(x + r * K + k);
+#pragma GCC unroll 12
+      for (int j = 0; j < NW; ++j) {
+        const __m256 wv = _mm256_loadu_ps(w + j * K + k);
+#pragma GCC unroll 12
+        for (int r = 0; r < NX; ++r) acc[r][j] = _mm256_fmadd_ps(xv[r], wv, acc[r][j]);
+      }
     }
   }
   for (int r = 0; r < NX; ++r)
@@ -50,6 +73,7 @@ inline void tile(const float* __restrict x, const float* __restrict w, int64_t K
     }
 }
 
+// All rows of x against NW consecutive rows of W in tiles of NW x 4, then NW x (1..3).
 template <int NW>
 inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N) {
   int64_t m = 0;
@@ -58,6 +82,34 @@ inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float
     case 3: tile<NW, 3>(x + m * K, w, K, y + m * N, N); break;
     case 2: tile<NW, 2>(x + m * K, w, K, y + m * N, N); break;
     case 1: tile<NW, 1>(x + m * K, w, K, y + m * N, N); break;
+    default: break;
+  }
+}
+
+// All rows of x against a block of 12 rows of W, every tile with 12 accumulators.
+//
+// Streaming W from memory and multiplying it did not overlap on their own: a 4-token forward's
+// linear layers took about the single-token time plus the in-cache compute time. So the first
+// pass over the block prefetches the next block (the following 12 rows, contiguous in W) into
+// L2, and memory time hides behind compute: measured in racer/fastlinear.py's docstring.
+inline void block12(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N,
+                    bool prefetch_next) {
+  const float* next = prefetch_next ? w + 12 * K : nullptr;
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4)
+    for (int j = 0; j < 12; j += 3)
+      tile<3, 4>(x + m * K, w + j * K, K, y + m * N + j, N, m == 0 && next ? next + j * K : nullptr);
+  const float* xr = x + m * K;
+  float* yr = y + m * N;
+  const float* pf = m == 0 ? next : nullptr;
+  switch (M - m) {
+    case 3:
+      for (int j = 0; j < 12; j += 4) tile<4, 3>(xr, w + j * K, K, yr + j, N, pf ? pf + j * K : nullptr);
+      break;
+    case 2:
+      for (int j = 0; j < 12; j += 6) tile<6, 2>(xr, w + j * K, K, yr + j, N, pf ? pf + j * K : nullptr);
+      break;
+    case 1: tile<12, 1>(xr, w, K, yr, N, pf); break;
     default: break;
   }
 }
@@ -79,15 +131,21 @@ torch::Tensor tiled_linear(const torch::Tensor& x, const torch::Tensor& weight, 
     const float* xp = xs.data_ptr<float>();
     const float* wp = w.data_ptr<float>();
     float* yp = y.data_ptr<float>();
-    constexpr int NW = 3;
-    at::parallel_for(0, (N + NW - 1) / NW, 8, [&](int64_t b0, int64_t b1) {
+    constexpr int B = 12;
+    at::parallel_for(0, (N + B - 1) / B, 2, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
-        const int64_t n = b * NW;
-        switch (std::min<int64_t>(NW, N - n)) {
-          case 3: all_rows<3>(xp, M, wp + n * K, K, yp + n, N); break;
-          case 2: all_rows<2>(xp, M, wp + n * K, K, yp + n, N); break;
-          default: all_rows<1>(xp, M, wp + n * K, K, yp + n, N); break;
+        const int64_t n = b * B;
+        const int64_t rows = std::min<int64_t>(B, N - n);
+        if (rows == B) {
+          // Only a block whose successor is a whole block prefetches it, so reads stay in W.
+          block12(xp, M, wp + n * K, K, yp + n, N, b + 1 < b1 && n + 2 * B <= N);
+          continue;
         }
+        // The last, partial block (N not a multiple of 12): 3-row tiles, then 2 or 1.
+        int64_t j = 0;
+        for (; j + 3 <= rows; j += 3) all_rows<3>(xp, M, wp + (n + j) * K, K, yp + n + j, N);
+        if (rows - j == 2) all_rows<2>(xp, M, wp + (n + j) * K, K, yp + n + j, N);
+        if (rows - j == 1) all_rows<1>(xp, M, wp + (n + j) * K, K, yp + n + j, N);
       }
     });
   }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Session 6's CPU runs (kernel v2: 12-accumulator tiles for every row count, next-block prefetch, vocabulary projection tiled), one after another: timings need the whole
+# machine. Reports under benchmarks/s6-*.
+set -u
+P=.venv/bin/python
+B="$P -m racer.bench --turns first --dtype float32 --no-progress --no-images --capacity auto"
+# Measure the cost curve for the new kernel (its key holds the kernel source hash) before any timed decoding.
+$P -c "from racer.models import load_model; from racer.costcurve import get_cost_curve; print(get_cost_curve(load_model('default', dtype='float32')))"
+# The shipped prompts, each turn timed 3 times interleaved (median), with the best fixed capacity of session 4's sweep.
+$B --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-pld,racer@8 --repeats 3 \
+  --max-new-tokens 128 --out benchmarks/s6-cpu-shipped-r3
+# Spec-Bench, 10 questions per category (130), categories in turn so a stopped run stays balanced.
+$B --data ../shared/data/spec_bench.jsonl --per-category 10 --round-robin --methods ar,racer,hf-pld,tr \
+  --max-new-tokens 256 --out benchmarks/s6-cpu-specbench10
