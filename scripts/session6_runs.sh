@@ -6,6 +6,9 @@ P=.venv/bin/python
 B="$P -m racer.bench --turns first --dtype float32 --no-progress --no-images --capacity auto"
 # Measure the cost curve for the new kernel (its key holds the kernel source hash) before any timed decoding.
 $P -c "from racer.models import load_model; from racer.costcurve import get_cost_curve; print(get_cost_curve(load_model('default', dtype='float32')))"
+# Whole verify forward per kernel (the tiled kernel v2 against oneDNN packed, small-batch and stock).
+{ echo "Command: \`python -m racer.bench.kernels --context 300 --repeats 10 --sizes 1,2,3,4,5,6,7,8,12,16\` (session 6, tiled kernel v2)"; echo
+  $P -m racer.bench.kernels --context 300 --repeats 10 --sizes 1,2,3,4,5,6,7,8,12,16; } > benchmarks/micro/kernels-tiled-v2-float32.md
 # The shipped prompts, each turn timed 3 times interleaved (median), with the best fixed capacity of session 4's sweep.
 $B --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-pld,racer@8 --repeats 3 \
   --max-new-tokens 128 --out benchmarks/s6-cpu-shipped-r3
