@@ -7,12 +7,17 @@ that: measured (2-core AVX2 EPYC, float32, SmolLM2-135M shapes) M=2 costs 1.9x M
 replacements, chosen per model by `choose`:
 
 - "tiled": our own AVX2/FMA kernel (racer/csrc/tiled_linear.cpp) for 1..TILED_MAX_ROWS rows,
-  built once per machine with the system C++ compiler and cached; larger products and
-  vocabulary projections go to "packed". Per call (float32, SmolLM2-135M shapes, weights in
-  cache) oneDNN's inner product spends 35-40 us even on a 192x576 weight at one row; the tiled
-  kernel 7 us, and 120 us against 187 us on 1536x576 at 8 rows. Whole verify forward
-  (benchmarks/micro/kernels-tiled-float32.md): 1.07-1.27x faster than "packed" at T = 1..16.
-  Its per-row result does not depend on how many rows share the call.
+  built once per machine with the system C++ compiler and cached; prefill (more rows) goes to
+  "packed". Per call (float32, SmolLM2-135M shapes, weights in cache) oneDNN's inner product
+  spends 35-40 us even on a 192x576 weight at one row; the tiled kernel 7-9 us. Inside a real
+  forward the weights stream from memory, and streaming and multiplying did not overlap by
+  themselves (a 4-row forward's linears cost the 1-row time plus the in-cache compute); v2
+  prefetches the next weight block while multiplying the current one and keeps 12
+  accumulators for every row count: in-situ forward 1.10-1.19x faster than v1 at T = 1..12,
+  and the 49152-wide vocabulary projection 1.00-1.15x faster than oneDNN, so it runs tiled
+  too. Whole verify forward (benchmarks/micro/kernels-tiled-v2-float32.md): 1.46x faster than
+  "packed" at T = 1, t(4)/t(1) = 1.13, t(8)/t(1) = 1.37. Its per-row result does not depend
+  on how many rows share the call.
 - "packed": oneDNN's inner product on a weight reordered once into oneDNN's blocked layout
   (the path PyTorch's own inductor uses for frozen CPU linears). Whole verify forward
   (benchmarks/micro/kernels-float32.md): t(8)/t(1) = 1.37 against 1.59 for "small-batch" and

@@ -15,3 +15,6 @@ $B --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-p
 # Spec-Bench, 10 questions per category (130), categories in turn so a stopped run stays balanced.
 $B --data ../shared/data/spec_bench.jsonl --per-category 10 --round-robin --methods ar,racer,hf-pld,tr \
   --max-new-tokens 256 --out benchmarks/s6-cpu-specbench10
+# bfloat16 on the shipped prompts (float32 side: s6-cpu-shipped-r3 above; a separate run, so compare ratios).
+${B/float32/bfloat16} --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-pld --max-new-tokens 128 \
+  --out benchmarks/s6-cpu-shipped-bf16
