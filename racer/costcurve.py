@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from .fastlinear import kernel_of, tiled_source_tag
+from .fastlinear import TILED_MAX_ROWS, kernel_of, tiled_source_tag
 from .kvcache import new_cache
 from .models import LoadedModel, cache_root
 from .tree import DraftTree
@@ -86,7 +86,7 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
         dev = torch.cuda.get_device_name(lm.device)
     kernel = kernel_of(lm.model)
     if kernel == "tiled":
-        kernel += "-" + tiled_source_tag()
+        kernel += f"-{tiled_source_tag()}-rows{TILED_MAX_ROWS}"
     attn = str(getattr(lm.model.config, "_attn_implementation", "?"))
     return {"format": "4", "cache": "growing", "kernel": kernel, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}

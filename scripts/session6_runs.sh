@@ -18,3 +18,10 @@ $B --data ../shared/data/spec_bench.jsonl --per-category 10 --round-robin --meth
 # bfloat16 on the shipped prompts (float32 side: s6-cpu-shipped-r3 above; a separate run, so compare ratios).
 ${B/float32/bfloat16} --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-pld --max-new-tokens 128 \
   --out benchmarks/s6-cpu-shipped-bf16
+# After raising TILED_MAX_ROWS to 64 (trees of 17-64 nodes on the tiled kernel too): the cost curve again, the shipped
+# prompts timed 3 times, and Spec-Bench 4 per category (52) with ar, racer, hf-pld.
+$P -c "from racer.models import load_model; from racer.costcurve import get_cost_curve; print(get_cost_curve(load_model('default', dtype='float32')))"
+$B --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-pld,racer@8 --repeats 3 \
+  --max-new-tokens 128 --out benchmarks/s6-cpu-shipped-r3-rows64
+$B --data ../shared/data/spec_bench.jsonl --per-category 4 --round-robin --methods ar,racer,hf-pld \
+  --max-new-tokens 256 --out benchmarks/s6-cpu-specbench4-rows64

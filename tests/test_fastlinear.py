@@ -128,7 +128,7 @@ def test_tiled_matches_linear_on_odd_shapes(k_in, n_out):
 
 @needs_tiled
 def test_tiled_rows_do_not_depend_on_the_batch():
-    # A row's result is bit-identical whether it is computed alone or among 2..16 rows, at any
+    # A row's result is bit-identical whether it is computed alone or among 2..TILED_MAX_ROWS rows, at any
     # position: the per-output summation order is fixed.
     ops = tiled_ops()
     torch.manual_seed(7)
