@@ -144,6 +144,12 @@ def tiled_ops() -> Any:
             if not torch.allclose(ops.tiled_linear(x, w, None), x @ w.T, atol=1e-4):
                 _build_error = "the built kernel failed its self-check"
                 return None
+            if ops.cpu_has_bf16():
+                xb, wb = x.bfloat16(), w.bfloat16()
+                want = (xb.float() @ wb.float().T).bfloat16()
+                if not torch.allclose(ops.tiled_linear_bf16(xb, wb, None).float(), want.float(), rtol=1e-2, atol=1e-2):
+                    _build_error = "the built bfloat16 kernel failed its self-check"
+                    return None
             return ops
         except Exception as e:  # noqa: BLE001 - any build failure means: use another kernel
             _build_error = f"{e.__class__.__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -159,17 +165,32 @@ def tiled_unavailable_reason() -> str | None:
     return None if tiled_available() else (_build_error or "oneDNN packed kernel unavailable")
 
 
+def tiled_bf16_available() -> bool:
+    """Whether the bfloat16 tiled kernel runs here: the float32 one builds and the CPU has
+    AVX512-BF16 (and oneDNN runs bf16, for the prefill rows above TILED_MAX_ROWS)."""
+    ops = tiled_ops()
+    return ops is not None and bool(ops.cpu_has_bf16()) and packed_available(torch.bfloat16)
+
+
+def _tiled_fn(dtype: torch.dtype) -> Any:
+    ops = tiled_ops()
+    return ops.tiled_linear if dtype == torch.float32 else ops.tiled_linear_bf16
+
+
 class TiledLinear(PackedLinear):
-    """nn.Linear computed by racer's tiled kernel for 1..TILED_MAX_ROWS float32 rows;
-    everything else as PackedLinear (which keeps the reordered weight for it)."""
+    """nn.Linear computed by racer's tiled kernel for 1..TILED_MAX_ROWS float32 rows (bfloat16
+    rows where the CPU has AVX512-BF16); everything else as PackedLinear (which keeps the
+    reordered weight for it)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if (1 <= rows <= TILED_MAX_ROWS and x.dtype == torch.float32
-                and self.weight.dtype == torch.float32 and x.device.type == "cpu"
-                and self.weight.device.type == "cpu" and not torch.is_grad_enabled()):
-            return tiled_ops().tiled_linear(x, self.weight, self.bias)
+        if (1 <= rows <= TILED_MAX_ROWS and x.dtype in _TILED_DTYPES and self.weight.dtype == x.dtype
+                and x.device.type == "cpu" and self.weight.device.type == "cpu" and not torch.is_grad_enabled()):
+            return _tiled_fn(x.dtype)(x, self.weight, self.bias)
         return super().forward(x)
+
+
+_TILED_DTYPES = (torch.float32, torch.bfloat16)
 
 
 _CLASSES: dict[str, type[nn.Linear]] = {"tiled": TiledLinear, "packed": PackedLinear,
@@ -194,7 +215,7 @@ def available(dtype: torch.dtype) -> list[str]:
         if k == "packed":
             return packed_available(dtype)
         if k == "tiled":
-            return dtype == torch.float32 and tiled_available()
+            return tiled_available() if dtype == torch.float32 else dtype == torch.bfloat16 and tiled_bf16_available()
         return True
     return [k for k in KERNELS if runs(k)]
 
@@ -203,9 +224,12 @@ def choose(device: torch.device, dtype: torch.dtype) -> str:
     """The kernel measured fastest for this device and dtype: on CPU in float32 "tiled" where it
     builds, else "packed" where oneDNN runs, else "small-batch"; "stock" elsewhere. In bfloat16
     on a CPU without native bf16 the replacements were measured slower
-    (python -m racer.bench.kernels --dtype bfloat16)."""
-    if device.type != "cpu" or dtype != torch.float32:
+    (python -m racer.bench.kernels --dtype bfloat16); with AVX512-BF16 the bf16 tiled kernel
+    runs where it builds."""
+    if device.type != "cpu" or dtype not in _TILED_DTYPES:
         return "stock"
+    if dtype == torch.bfloat16:
+        return "tiled" if tiled_bf16_available() else "stock"
     if tiled_available():
         return "tiled"
     return "packed" if packed_available(dtype) else "small-batch"

@@ -33,7 +33,7 @@ def tree_logits(attn: str, heads: int, kv_heads: int, size: int) -> torch.Tensor
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 1), (4, 4)])
-@pytest.mark.parametrize("size", [2, 7, 24])
+@pytest.mark.parametrize("size", [1, 2, 7, 24])
 def test_same_logits_as_eager(heads, kv_heads, size):
     ours = tree_logits("sdpa", heads, kv_heads, size)  # tiny_lm maps "sdpa" to racer_sdpa, as load_model does
     eager = tree_logits("eager", heads, kv_heads, size)
@@ -53,6 +53,10 @@ def test_packed_path_runs_for_gqa_trees(monkeypatch):
     # The 15-token prefill (causal, 4 query heads), then the tree: 2 layers, 2 key/value
     # heads, 2 query heads each folded into the rows: 2 * 7 rows.
     assert seen == [(1, 4, 15, 16)] * 2 + [(1, 2, 14, 16)] * 2
+    seen.clear()
+    tree_logits("sdpa", 4, 2, 1)
+    # One token and no mask: its 2 query heads per key/value head become 2 rows.
+    assert seen == [(1, 4, 15, 16)] * 2 + [(1, 2, 2, 16)] * 2
 
 
 def test_registered_and_used_by_load_path():

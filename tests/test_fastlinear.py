@@ -9,8 +9,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from racer.fastlinear import (KERNELS, MAX_ROWS, TILED_MAX_ROWS, PackedLinear, SmallBatchLinear,
-                              TiledLinear, choose, kernel_of, packed_available, tiled_available, tiled_ops,
-                              use_kernel)
+                              TiledLinear, choose, kernel_of, packed_available, tiled_available,
+                              tiled_bf16_available, tiled_ops, use_kernel)
 from racer.verify import forward_tree
 from tests.test_loop_tiny import rand_prompt, random_tree
 from tests.tiny import tiny_lm
@@ -19,6 +19,8 @@ FAST = [k for k in KERNELS if k != "stock" and (k != "packed" or packed_availabl
         and (k != "tiled" or tiled_available())]
 CLS = {"tiled": TiledLinear, "packed": PackedLinear, "small-batch": SmallBatchLinear}
 needs_tiled = pytest.mark.skipif(not tiled_available(), reason="tiled kernel not built here (no AVX2 or no compiler)")
+needs_tiled_bf16 = pytest.mark.skipif(not tiled_bf16_available(),
+                                      reason="bfloat16 tiled kernel needs a CPU with AVX512-BF16")
 
 
 @pytest.mark.parametrize("kernel", FAST)
@@ -107,7 +109,8 @@ def test_chosen_only_where_measured_faster():
     cpu = torch.device("cpu")
     want = "tiled" if tiled_available() else "packed" if packed_available(torch.float32) else "small-batch"
     assert choose(cpu, torch.float32) == want
-    assert choose(cpu, torch.bfloat16) == "stock"
+    assert choose(cpu, torch.bfloat16) == ("tiled" if tiled_bf16_available() else "stock")
+    assert choose(cpu, torch.float16) == "stock"
     assert choose(torch.device("cuda"), torch.float32) == "stock"
 
 
@@ -186,3 +189,52 @@ def test_tiled_hands_large_products_to_onednn():
             assert len(calls) == n
     finally:
         fl.tiled_ops = saved
+
+
+def bf16_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """The exact product of the bf16 operands (float64), before the output's bf16 rounding."""
+    y = x.double() @ w.double().T
+    return y + b.double() if b is not None else y
+
+
+@needs_tiled_bf16
+@pytest.mark.parametrize("k_in,n_out", [(1, 1), (7, 5), (31, 13), (33, 40), (64, 3), (576, 193)])
+def test_tiled_bf16_matches_the_exact_product(k_in, n_out):
+    # Widths off the 32-element vector and the 12/3-row weight blocks take the tail paths. The
+    # kernel sums in float32 and rounds once: within a bf16 rounding of the exact result.
+    ops = tiled_ops()
+    torch.manual_seed(k_in * 1000 + n_out)
+    w, b = torch.randn(n_out, k_in).bfloat16(), torch.randn(n_out).bfloat16()
+    for rows in range(1, TILED_MAX_ROWS + 1, 3):
+        x = torch.randn(rows, k_in).bfloat16()
+        for bias in (b, None):
+            got = ops.tiled_linear_bf16(x, w, bias)
+            assert got.dtype == torch.bfloat16 and got.shape == (rows, n_out)
+            want = bf16_reference(x, w, bias)
+            assert torch.all((got.double() - want).abs() <= want.abs() * 2 ** -8 + 1e-4 * k_in)
+
+
+@needs_tiled_bf16
+def test_tiled_bf16_rows_do_not_depend_on_the_batch():
+    ops = tiled_ops()
+    torch.manual_seed(1)
+    x, w = torch.randn(TILED_MAX_ROWS, 576).bfloat16(), torch.randn(200, 576).bfloat16()
+    alone = torch.cat([ops.tiled_linear_bf16(x[i:i + 1], w, None) for i in range(TILED_MAX_ROWS)])
+    for rows in range(2, TILED_MAX_ROWS + 1):
+        assert torch.equal(ops.tiled_linear_bf16(x[:rows], w, None), alone[:rows])
+
+
+@needs_tiled_bf16
+def test_tiled_bf16_layer_matches_nn_linear_and_refuses_float32():
+    torch.manual_seed(2)
+    ref = nn.Linear(96, 50).bfloat16()
+    fast = nn.Linear(96, 50).bfloat16()
+    fast.load_state_dict(ref.state_dict())
+    use_kernel(fast, "tiled")
+    assert type(fast) is TiledLinear
+    with torch.inference_mode():
+        for rows in (1, 4, 7, TILED_MAX_ROWS + 3):
+            x = torch.randn(2, rows, 96).bfloat16()
+            assert torch.allclose(fast(x).float(), ref(x).float(), atol=3e-2, rtol=2e-2)
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        tiled_ops().tiled_linear_bf16(torch.ones(2, 4), torch.ones(3, 4), None)

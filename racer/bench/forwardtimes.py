@@ -63,9 +63,10 @@ def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: i
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def float32_title(lm: LoadedModel, args: argparse.Namespace, legend: str) -> str:
-    """The heading of an A/B table on one float32 model: model, kernel, context, threads, repeats."""
-    return (f"verify forward, {lm.name} float32 ({lm.notes[0] if lm.notes else 'stock kernel'}), context "
+def ab_title(lm: LoadedModel, args: argparse.Namespace, legend: str) -> str:
+    """The heading of an A/B table on one model: model, dtype, kernel, context, threads, repeats."""
+    dt = str(lm.dtype).replace("torch.", "")
+    return (f"verify forward, {lm.name} {dt} ({lm.notes[0] if lm.notes else 'stock kernel'}), context "
             f"{args.context}, {torch.get_num_threads()} threads, median of {args.repeats} (ms); {legend}")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from transformers import DynamicCache
 
 from ..models import load_model
-from .forwardtimes import float32_title, parse_args, print_table, time_forwards
+from .forwardtimes import ab_title, parse_args, print_table, time_forwards
 
 
 def main() -> None:
@@ -20,7 +20,7 @@ def main() -> None:
     med = time_forwards(variants, sizes, args.context, args.repeats,
                         cache_for={"dynamic": lambda m: DynamicCache(config=m.config)})
     print_table(med, "dynamic", ["growing"], sizes,
-                float32_title(lm, args, "dynamic / growing > 1: the in-place cache is faster"))
+                ab_title(lm, args, "dynamic / growing > 1: the in-place cache is faster"))
 
 
 if __name__ == "__main__":
