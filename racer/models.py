@@ -220,7 +220,8 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
             fastlinear.use_kernel(model, kernel)
         except ValueError as e:
             raise ModelLoadError(str(e)) from e
-        notes.append({"tiled": f"tiled AVX2 linear kernel for 1..{fastlinear.TILED_MAX_ROWS}-token forwards, oneDNN packed above "
+        isa = "AVX512-BF16" if dt == torch.bfloat16 else "AVX2"
+        notes.append({"tiled": f"tiled {isa} linear kernel for 1..{fastlinear.TILED_MAX_ROWS}-token forwards, oneDNN packed above "
                                "(a reordered copy of every weight)",
                       "packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
