@@ -22,3 +22,6 @@ $B --data ../shared/data/spec_bench.jsonl --per-category 2 --round-robin --metho
 # float32 on the same machine and prompts (the AVX2 tiled kernel), for the side-by-side.
 $B --dtype float32 --data assets/bench_prompts.jsonl --per-category 1 --methods ar,racer,hf-pld --max-new-tokens 128 \
   --out benchmarks/s7-cpu-shipped-fp32
+# Spec-Bench, 5 questions per category (65), after the runs above.
+$B --data ../shared/data/spec_bench.jsonl --per-category 5 --round-robin --methods ar,racer,hf-pld \
+  --max-new-tokens 256 --out benchmarks/s7-cpu-specbench5
