@@ -6,12 +6,13 @@ cannot be `is_causal`), expands K and V from the key/value heads to all query he
 it avoids that by folding the query heads of a group into the query length ("pack_gqa"); this
 does the same for T query tokens: the n query heads sharing a key/value head become n*T query
 rows against that one head, with the mask repeated n times along the rows. Same arithmetic,
-no cache copy. Measured on the default model (9 query / 3 key-value heads), context 1,500:
+no cache copy. One token without a mask is folded the same way. Measured on the default model
+(9 query / 3 key-value heads), context 1,500:
 a verify forward of T = 2..8 tokens is 1.1-1.2x faster; at context 300 the gain is within
 noise (python -m racer.bench.attention; benchmarks/micro/attention-ctx*.md).
 
 Registered with transformers' attention and mask interfaces as "racer_sdpa"; everything it
-does not handle (one token, no mask, no GQA, non-CPU devices, extras such as softcap or a
+does not handle (several tokens without a mask, one token with a mask, no GQA, non-CPU devices, extras such as softcap or a
 position bias) goes to transformers' own sdpa function unchanged.
 """
 from __future__ import annotations
@@ -31,22 +32,19 @@ def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 
     n = int(getattr(module, "num_key_value_groups", 1) or 1)
     B, H, T, D = query.shape
-    if (n > 1 and T > 1 and attention_mask is not None and attention_mask.dim() == 4
-            and attention_mask.shape[1] == 1 and query.device.type == "cpu" and not (dropout and module.training)
+    # A tree (T > 1 with a 4D mask), or one token with no mask: transformers takes sdpa's
+    # enable_gqa path for the latter, which on CPU in bfloat16 cost 5x the packed call (320
+    # against 64 us a layer at context 600).
+    shaped = (T > 1 and attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] == 1) \
+        or (T == 1 and attention_mask is None)
+    if (n > 1 and shaped and query.device.type == "cpu" and not (dropout and module.training)
             and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
             and key.shape[1] * n == H and key.shape[-1] == D == value.shape[-1]):
         # Query heads g*n .. g*n+n-1 share key/value head g (repeat_kv's order).
         q = query.reshape(B, H // n, n * T, D)
-        mask = _repeated(attention_mask, B, T, n)
+        mask = None if attention_mask is None else _repeated(attention_mask, B, T, n)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
         return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), None
-    if (n > 1 and T == 1 and attention_mask is None and query.device.type == "cpu"
-            and not (dropout and module.training) and kwargs.get("position_bias") is None
-            and kwargs.get("softcap") is None and key.shape[1] * n == H and key.shape[-1] == D == value.shape[-1]):
-        # One token, no mask: transformers takes sdpa's enable_gqa path, which on CPU in
-        # bfloat16 cost 5x the packed call (320 against 64 us a layer at context 600).
-        out = F.scaled_dot_product_attention(query.reshape(B, H // n, n, D), key, value, scale=scaling)
-        return out.reshape(B, H, 1, D).transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
 

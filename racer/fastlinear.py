@@ -176,6 +176,12 @@ def tiled_bf16_available() -> bool:
     return ops is not None and bool(ops.cpu_has_bf16()) and packed_available(torch.bfloat16)
 
 
+def _tiled_runs(dtype: torch.dtype) -> bool:
+    if dtype == torch.float32:
+        return tiled_available()
+    return dtype == torch.bfloat16 and tiled_bf16_available()
+
+
 def _tiled_fn(dtype: torch.dtype) -> Any:
     ops = tiled_ops()
     return ops.tiled_linear if dtype == torch.float32 else ops.tiled_linear_bf16
@@ -219,7 +225,7 @@ def available(dtype: torch.dtype) -> list[str]:
         if k == "packed":
             return packed_available(dtype)
         if k == "tiled":
-            return tiled_available() if dtype == torch.float32 else dtype == torch.bfloat16 and tiled_bf16_available()
+            return _tiled_runs(dtype)
         return True
     return [k for k in KERNELS if runs(k)]
 
@@ -232,10 +238,10 @@ def choose(device: torch.device, dtype: torch.dtype) -> str:
     runs where it builds."""
     if device.type != "cpu" or dtype not in _TILED_DTYPES:
         return "stock"
-    if dtype == torch.bfloat16:
-        return "tiled" if tiled_bf16_available() else "stock"
-    if tiled_available():
+    if _tiled_runs(dtype):
         return "tiled"
+    if dtype == torch.bfloat16:
+        return "stock"
     return "packed" if packed_available(dtype) else "small-batch"
 
 
