@@ -11,18 +11,31 @@ no cache copy. One token without a mask is folded the same way. Measured on the 
 a verify forward of T = 2..8 tokens is 1.1-1.2x faster; at context 300 the gain is within
 noise (python -m racer.bench.attention; benchmarks/micro/attention-ctx*.md).
 
+In bfloat16 on a CPU with AVX512-BF16, a step of 1..STEP_MAX_TOKENS query tokens runs racer's
+own kernel instead (racer/csrc/step_attention.cpp): 2.7-4.4x faster per call than the packed
+sdpa call at context 300-1,500, and a query row's result depends only on its query and the keys
+it sees, so a tree node's logits equal those of the one-token forward bit for bit (PyTorch's
+flash kernel rounds differently with the number of rows: bf16 ties). RACER_STEP_ATTENTION=0
+turns it off.
+
 Registered with transformers' attention and mask interfaces as "racer_sdpa"; everything it
 does not handle (several tokens without a mask, one token with a mask, no GQA, non-CPU devices, extras such as softcap or a
 position bias) goes to transformers' own sdpa function unchanged.
 """
 from __future__ import annotations
 
+import os
+from functools import lru_cache
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 NAME = "racer_sdpa"
+# Tokens per step the step kernel takes; a longer prefill goes to PyTorch's flash kernel.
+STEP_MAX_TOKENS = 64
+# Read per call, so benchmarks can compare both paths in one process.
+use_step_kernel = os.environ.get("RACER_STEP_ATTENTION", "1") != "0"
 
 
 def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -32,6 +45,9 @@ def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 
     n = int(getattr(module, "num_key_value_groups", 1) or 1)
     B, H, T, D = query.shape
+    out = _step_kernel(module, query, key, value, attention_mask, dropout, scaling, kwargs)
+    if out is not None:
+        return out, None
     # A tree (T > 1 with a 4D mask), or one token with no mask: transformers takes sdpa's
     # enable_gqa path for the latter, which on CPU in bfloat16 cost 5x the packed call (320
     # against 64 us a layer at context 600).
@@ -47,6 +63,64 @@ def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return out.reshape(B, H, T, D).transpose(1, 2).contiguous(), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attention_mask: torch.Tensor | None, dropout: float, scaling: float | None,
+                 kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """Attention by racer's bf16 step kernel, (B, T, H, D); None where it does not apply."""
+    B, H, T, D = query.shape
+    if not (use_step_kernel and query.dtype == key.dtype == value.dtype == torch.bfloat16 and B == 1
+            and 1 <= T <= STEP_MAX_TOKENS and D in (64, 128) and query.device.type == "cpu"
+            and key.dim() == 4 and key.shape[1] > 0 and H % key.shape[1] == 0 and key.shape[-1] == D
+            and value.shape == key.shape and key.shape[2] >= T
+            and not (dropout and module.training) and kwargs.get("position_bias") is None
+            and kwargs.get("softcap") is None and kwargs.get("sinks") is None and _step_ops() is not None):
+        return None
+    if attention_mask is None:
+        # transformers passes no mask only for causal attention (or one token).
+        if T > 1 and not getattr(module, "is_causal", True):
+            return None
+        visible = None
+    else:
+        visible = _visible(attention_mask, key.shape[2])
+        if visible is None or visible.shape[0] != T:
+            return None
+    scale = scaling if scaling is not None else D ** -0.5
+    return _step_ops().step_attention_bf16(query, key, value, visible, float(scale))
+
+
+@lru_cache(maxsize=1)
+def _step_ops() -> Any:
+    from .fastlinear import tiled_bf16_available, tiled_ops
+    return tiled_ops() if tiled_bf16_available() and hasattr(tiled_ops(), "step_attention_bf16") else None
+
+
+# The mask, as the kernel's (T, L) visibility, computed once per forward (see _repeated).
+_last_visible: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
+
+
+def _visible(mask: torch.Tensor, keys: int) -> torch.Tensor | None:
+    """(T, L) bool, True where a query sees a key; None for a mask it cannot express (an
+    additive bias other than 0 / blocked, a batch of masks, a length other than the keys')."""
+    global _last_visible
+    hit = _last_visible
+    if hit is not None and hit[0] is mask and hit[1] == keys:
+        return hit[2]
+    vis: torch.Tensor | None = None
+    if mask.dim() == 4 and mask.shape[0] == 1 and mask.shape[1] == 1 and mask.shape[-1] == keys:
+        m = mask[0, 0]
+        if m.dtype == torch.bool:
+            vis = m.contiguous()
+        elif m.is_floating_point():
+            seen = m == 0
+            blocked = m <= torch.finfo(m.dtype).min / 2
+            if bool((seen | blocked).all()):
+                vis = seen.contiguous()
+        if vis is not None and not bool(vis.any(dim=-1).all()):
+            vis = None  # a row that sees nothing: leave its definition to PyTorch
+    _last_visible = (mask, keys, vis)
+    return vis
 
 
 # Every layer of a forward gets the same mask tensor; repeat it once per forward, not per layer.

@@ -20,6 +20,7 @@ import torch
 
 from .fastlinear import TILED_MAX_ROWS, kernel_of, tiled_source_tag
 from .kvcache import new_cache
+from .logitrows import argmax
 from .models import LoadedModel, cache_root
 from .tree import DraftTree
 from .verify import forward_tree
@@ -131,7 +132,7 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                     torch.cuda.synchronize(lm.device)
                 t0 = time.perf_counter()
                 logits = forward_tree(lm.model, cache, tree, ctx, lm.device, lm.dtype)
-                logits.argmax(-1).tolist()  # the loop reads the argmax back; include that sync
+                argmax(logits).tolist()  # the loop reads the argmax back; include that sync
                 dt = (time.perf_counter() - t0) * 1e3
                 cache.crop(-size)
                 if r:  # the first round warms the kernels for every shape

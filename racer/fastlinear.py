@@ -99,7 +99,8 @@ class PackedLinear(nn.Linear):
 # v2 kernel a verify forward of 20-64 tokens ran 1.08-1.25x faster tiled than packed (context
 # 300, interleaved), so trees of any size the sizing picks on a CPU stay on it.
 TILED_MAX_ROWS = 64
-_SOURCE = Path(__file__).with_name("csrc") / "tiled_linear.cpp"
+# One extension from every source in csrc/: the linear kernels, step attention, the bindings.
+_SOURCES = sorted((Path(__file__).with_name("csrc")).glob("*.cpp"))
 _build_lock = threading.Lock()
 _build_error: str | None = None
 
@@ -110,8 +111,8 @@ def _tiled_build_dir(tag: str) -> Path:
 
 
 def tiled_source_tag() -> str:
-    """A hash of the kernel's source: a changed kernel gets its own build and cost curves."""
-    return hashlib.sha1(_SOURCE.read_bytes()).hexdigest()[:12]
+    """A hash of the kernels' sources: a changed kernel gets its own build and cost curves."""
+    return hashlib.sha1(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]
 
 
 @lru_cache(maxsize=None)
@@ -141,7 +142,7 @@ def tiled_ops() -> Any:
                 print("racer: building the tiled linear kernel (once per machine, about 40 s)",
                       file=sys.stderr, flush=True)
             ops = cpp_extension.load(
-                name=f"racer_tiled_{tag}", sources=[str(_SOURCE)], build_directory=str(build),
+                name=f"racer_tiled_{tag}", sources=[str(p) for p in _SOURCES], build_directory=str(build),
                 extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
             # A build that loads but computes wrongly (a miscompiling toolchain) must not be used.
             x, w = torch.randn(5, 37), torch.randn(11, 37)

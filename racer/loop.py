@@ -22,6 +22,7 @@ from .drafters.base import Drafter, Verified
 from .models import LoadedModel
 from .costcurve import get_cost_curve
 from .kvcache import new_cache
+from .logitrows import top_k
 from .records import DecodeResult, StepRecord
 from .sizing import Sizer
 from .tree import DraftTree
@@ -212,16 +213,6 @@ class DecodeRun:
         text = lm.tokenizer.decode(out, skip_special_tokens=True)
         self.result = DecodeResult(getattr(drafter, "name", "?"), len(self.input_ids), out, text, len(accept_lengths),
                                    wall, prefill_ms, stop_reason, accept_lengths, totals)
-
-
-def top_k(logits: torch.Tensor, k: int, probs: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """The k most likely next-token ids per row of `logits` and, if asked, their softmax
-    probabilities (float32)."""
-    values, ids = logits.topk(k, dim=-1)
-    if not probs:
-        return ids.cpu().numpy(), None
-    p = (values.float() - logits.float().logsumexp(dim=-1, keepdim=True)).exp()
-    return ids.cpu().numpy(), p.cpu().numpy()
 
 
 def last_occurrences(context: list[int], new_from: int) -> list[int]:

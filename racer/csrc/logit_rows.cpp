@@ -1,0 +1,175 @@
+// Per-row argmax and top-k (with softmax probabilities) of a few rows of logits, float32 or
+// bfloat16, in one or two passes over each row (AVX2).
+//
+// Why: after every verify forward the decode loop needs each node's argmax (greedy acceptance)
+// and, for the copy-logit drafters, its top-k ids and their probabilities. PyTorch spent about
+// 1.7 ms on that for 5 bf16 rows of a 49,152-token vocabulary (argmax 0.53 ms, topk 0.2,
+// logsumexp 0.82 with its float32 copy; 2-core EPYC): 7 % of a RACER step. Here it is one pass for
+// the max and the sum of exponentials and one for the top k.
+//
+// argmax_rows returns the first index of the largest value, as torch.argmax does. topk_rows
+// returns ids sorted by value, descending, ties by lower id (torch.topk leaves ties unordered).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace racer {
+namespace {
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const at::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float value(const float* p, int64_t i) { return p[i]; }
+inline float value(const at::BFloat16* p, int64_t i) { return static_cast<float>(p[i]); }
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// e^x for x <= 0 (Cephes' expf polynomial on x - n ln 2, then 2^n through the exponent bits).
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+template <typename T>
+float row_max(const T* x, int64_t V) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) m = _mm256_max_ps(m, load8(x + i));
+  float best = hmax(m);
+  for (; i < V; ++i) best = std::max(best, value(x, i));
+  return best;
+}
+
+template <typename T>
+int64_t row_argmax(const T* x, int64_t V) {
+  // A NaN is the largest value to torch.argmax; logits never hold one, but keep its answer.
+  const float m = row_max(x, V);
+  const __m256 mv = _mm256_set1_ps(m);
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) {
+    const __m256 v = load8(x + i);
+    const int hit = _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(v, mv, _CMP_EQ_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    if (hit) return i + __builtin_ctz(hit);
+  }
+  for (; i < V; ++i) {
+    const float v = value(x, i);
+    if (v == m || std::isnan(v)) return i;
+  }
+  return 0;
+}
+
+// The k largest of row x, descending (ties: lower id first), and with probs their softmax
+// probabilities.
+template <typename T>
+void row_topk(const T* x, int64_t V, int64_t k, int64_t* ids, float* probs) {
+  std::vector<float> val(k, -INFINITY);
+  std::vector<int64_t> idx(k, -1);
+  int64_t filled = 0;
+  auto insert = [&](float v, int64_t i) {
+    if (filled == k && !(v > val[k - 1])) return;
+    int64_t j = filled < k ? filled++ : k - 1;
+    while (j > 0 && val[j - 1] < v) {  // strictly smaller move down: an equal earlier id stays first
+      val[j] = val[j - 1];
+      idx[j] = idx[j - 1];
+      --j;
+    }
+    val[j] = v;
+    idx[j] = i;
+  };
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) {
+    const __m256 v = load8(x + i);
+    const float thr = filled == k ? val[k - 1] : -INFINITY;
+    int hit = filled < k ? 0xFF : _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(thr), _CMP_GT_OQ));
+    while (hit) {
+      const int lane = __builtin_ctz(hit);
+      hit &= hit - 1;
+      insert(value(x, i + lane), i + lane);
+    }
+  }
+  for (; i < V; ++i) insert(value(x, i), i);
+  for (int64_t j = 0; j < k; ++j) ids[j] = idx[j];
+  if (!probs) return;
+  const float m = row_max(x, V);
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 s = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 8 <= V; i += 8) s = _mm256_add_ps(s, exp_nonpositive(_mm256_sub_ps(load8(x + i), mv)));
+  float sum = hsum(s);
+  for (; i < V; ++i) sum += std::exp(value(x, i) - m);
+  const float lse = m + std::log(sum);
+  for (int64_t j = 0; j < k; ++j) probs[j] = idx[j] < 0 ? 0.0f : std::exp(val[j] - lse);
+}
+
+torch::Tensor rows_of(const torch::Tensor& logits, const char* who) {
+  TORCH_CHECK(logits.device().is_cpu(), who, " runs on the CPU");
+  TORCH_CHECK(logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kBFloat16,
+              who, " takes float32 or bfloat16 logits");
+  TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0, who, " takes (rows, vocabulary) logits");
+  return logits.contiguous();
+}
+
+}  // namespace
+
+torch::Tensor argmax_rows(const torch::Tensor& logits) {
+  const auto x = rows_of(logits, "argmax_rows");
+  const int64_t R = x.size(0), V = x.size(1);
+  auto out = torch::empty({R}, torch::kInt64);
+  int64_t* o = out.data_ptr<int64_t>();
+  at::parallel_for(0, R, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      o[r] = x.scalar_type() == torch::kFloat32 ? row_argmax(x.data_ptr<float>() + r * V, V)
+                                                 : row_argmax(x.data_ptr<at::BFloat16>() + r * V, V);
+  });
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> topk_rows(const torch::Tensor& logits, int64_t k, bool probs) {
+  const auto x = rows_of(logits, "topk_rows");
+  const int64_t R = x.size(0), V = x.size(1);
+  TORCH_CHECK(k >= 1 && k <= V, "topk_rows: k must be between 1 and the vocabulary size");
+  auto ids = torch::empty({R, k}, torch::kInt64);
+  auto p = probs ? torch::empty({R, k}, torch::kFloat32) : torch::Tensor();
+  int64_t* io = ids.data_ptr<int64_t>();
+  float* po = probs ? p.data_ptr<float>() : nullptr;
+  at::parallel_for(0, R, 2, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* pr = po ? po + r * k : nullptr;
+      if (x.scalar_type() == torch::kFloat32) row_topk(x.data_ptr<float>() + r * V, V, k, io + r * k, pr);
+      else row_topk(x.data_ptr<at::BFloat16>() + r * V, V, k, io + r * k, pr);
+    }
+  });
+  return {ids, p};
+}
+
+}  // namespace racer
