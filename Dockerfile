@@ -7,7 +7,7 @@ FROM python:3.11-slim
 # build with --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 for a GPU host.
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
-# g++ builds racer's tiled AVX2 linear kernel (racer/csrc) when the model first loads below.
+# g++ builds racer's CPU kernels (racer/csrc: linear, attention, RMSNorm, logits) when the model first loads below.
 RUN apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*
 
 RUN useradd -m -u 1000 user

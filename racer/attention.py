@@ -96,6 +96,12 @@ def _step_ops() -> Any:
     return tiled_ops() if tiled_bf16_available() and hasattr(tiled_ops(), "step_attention_bf16") else None
 
 
+def step_kernel_available() -> bool:
+    """Whether bf16 steps run racer's step-attention kernel here (AVX512-BF16, kernels built, not
+    turned off by RACER_STEP_ATTENTION=0)."""
+    return use_step_kernel and _step_ops() is not None
+
+
 # The mask, as the kernel's (T, L) visibility, computed once per forward (see _repeated).
 _last_visible: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
 

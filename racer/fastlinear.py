@@ -99,8 +99,10 @@ class PackedLinear(nn.Linear):
 # v2 kernel a verify forward of 20-64 tokens ran 1.08-1.25x faster tiled than packed (context
 # 300, interleaved), so trees of any size the sizing picks on a CPU stay on it.
 TILED_MAX_ROWS = 64
-# One extension from every source in csrc/: the linear kernels, step attention, the bindings.
+# One extension from every source in csrc/: the linear kernels, step attention, RMSNorm, logit
+# rows, the bindings; the headers count towards the build's hash.
 _SOURCES = sorted((Path(__file__).with_name("csrc")).glob("*.cpp"))
+_HEADERS = sorted((Path(__file__).with_name("csrc")).glob("*.h"))
 _build_lock = threading.Lock()
 _build_error: str | None = None
 
@@ -112,14 +114,16 @@ def _tiled_build_dir(tag: str) -> Path:
 
 def tiled_source_tag() -> str:
     """A hash of the kernels' sources: a changed kernel gets its own build and cost curves."""
-    return hashlib.sha1(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]
+    return hashlib.sha1(b"".join(p.read_bytes() for p in _SOURCES + _HEADERS)).hexdigest()[:12]
 
 
 @lru_cache(maxsize=None)
 def tiled_ops() -> Any:
-    """The compiled tiled kernel, or None where it cannot run: no AVX2/FMA, no C++ compiler, or
-    RACER_TILED=0. Built on first use (about 40 s; progress on stderr) into the racer cache,
-    keyed by the source, PyTorch and Python versions, and loaded from there afterwards."""
+    """racer's compiled CPU kernels (every racer/csrc/*.cpp in one extension: the tiled linear
+    kernels, step attention, RMSNorm, per-row argmax/top-k), or None where they cannot run: no
+    AVX2/FMA, no C++ compiler, or RACER_TILED=0. Built on first use (about 50 s; progress on
+    stderr) into the racer cache, keyed by the sources, PyTorch and Python versions, and loaded
+    from there afterwards."""
     global _build_error
     if os.environ.get("RACER_TILED", "1") == "0":
         _build_error = "disabled by RACER_TILED=0"
@@ -139,7 +143,7 @@ def tiled_ops() -> Any:
             if here not in os.environ.get("PATH", "").split(os.pathsep):
                 os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
             if not any(build.glob("*.so")):
-                print("racer: building the tiled linear kernel (once per machine, about 40 s)",
+                print("racer: building the CPU kernels (once per machine, about 50 s)",
                       file=sys.stderr, flush=True)
             ops = cpp_extension.load(
                 name=f"racer_tiled_{tag}", sources=[str(p) for p in _SOURCES], build_directory=str(build),

@@ -227,6 +227,9 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
     if dev.type == "cpu" and linear_kernel != "stock" and fastnorm.use_fast_norm(model):
         notes.append("racer's RMSNorm kernel")
+    if dev.type == "cpu" and dt == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
+        notes.append(f"racer's bf16 step-attention kernel for 1..{attention.STEP_MAX_TOKENS}-token forwards "
+                     "(exact: a tree node's logits equal the one-token forward's)")
     if linear_kernel == "auto" and kernel == "packed" and fastlinear.tiled_unavailable_reason():
         notes.append(f"tiled linear kernel unavailable ({fastlinear.tiled_unavailable_reason()})")
     config = model.config

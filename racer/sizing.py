@@ -26,7 +26,7 @@ _DEEP_COPY = 0.85
 #: each. The row was computed in another context, so q sits well below the probability:
 #: measured on the shipped prompts (racer, capacity 40, 128 tokens, 2,000 logits nodes whose
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
-#: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md §6.2).
+#: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md §8.2).
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 

@@ -17,29 +17,20 @@
 #include <cstring>
 #include <vector>
 
+#include "avx2_rows.h"
+
 namespace racer {
 namespace {
 
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const at::BFloat16* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline float value(const float* p, int64_t i) { return p[i]; }
-inline float value(const at::BFloat16* p, int64_t i) { return static_cast<float>(p[i]); }
+using avx2::as_float;
+using avx2::hsum;
+using avx2::load8;
 
 inline float hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   return _mm_cvtss_f32(m);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // e^x for x <= 0 (Cephes' expf polynomial on x - n ln 2, then 2^n through the exponent bits).
@@ -66,7 +57,7 @@ float row_max(const T* x, int64_t V) {
   int64_t i = 0;
   for (; i + 8 <= V; i += 8) m = _mm256_max_ps(m, load8(x + i));
   float best = hmax(m);
-  for (; i < V; ++i) best = std::max(best, value(x, i));
+  for (; i < V; ++i) best = std::max(best, as_float(x[i]));
   return best;
 }
 
@@ -82,7 +73,7 @@ int64_t row_argmax(const T* x, int64_t V) {
     if (hit) return i + __builtin_ctz(hit);
   }
   for (; i < V; ++i) {
-    const float v = value(x, i);
+    const float v = as_float(x[i]);
     if (v == m || std::isnan(v)) return i;
   }
   return 0;
@@ -114,10 +105,10 @@ void row_topk(const T* x, int64_t V, int64_t k, int64_t* ids, float* probs) {
     while (hit) {
       const int lane = __builtin_ctz(hit);
       hit &= hit - 1;
-      insert(value(x, i + lane), i + lane);
+      insert(as_float(x[i + lane]), i + lane);
     }
   }
-  for (; i < V; ++i) insert(value(x, i), i);
+  for (; i < V; ++i) insert(as_float(x[i]), i);
   for (int64_t j = 0; j < k; ++j) ids[j] = idx[j];
   if (!probs) return;
   const float m = row_max(x, V);
@@ -126,7 +117,7 @@ void row_topk(const T* x, int64_t V, int64_t k, int64_t* ids, float* probs) {
   i = 0;
   for (; i + 8 <= V; i += 8) s = _mm256_add_ps(s, exp_nonpositive(_mm256_sub_ps(load8(x + i), mv)));
   float sum = hsum(s);
-  for (; i < V; ++i) sum += std::exp(value(x, i) - m);
+  for (; i < V; ++i) sum += std::exp(as_float(x[i]) - m);
   const float lse = m + std::log(sum);
   for (int64_t j = 0; j < k; ++j) probs[j] = idx[j] < 0 ? 0.0f : std::exp(val[j] - lse);
 }
