@@ -109,4 +109,4 @@ def test_bf16_tree_drafters_equal_ar_exactly(real_lm_bf16, name):
         res = decode(real_lm_bf16, ids, make_drafter(method, vocab_size=real_lm_bf16.vocab_size),
                      DecodeConfig(max_new_tokens=N, capacity="auto" if method in ("tr", "racer") else 32))
         assert res.token_ids == ref, method
-        assert method == "ar" or res.mat > 1.2, method
+        assert method == "ar" or res.mat > 1.0, method  # drafts were accepted: the equality had teeth
