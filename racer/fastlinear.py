@@ -21,7 +21,9 @@ replacements, chosen per model by `choose`:
   On a CPU with AVX512-BF16 it also runs bfloat16 (vdpbf16ps, float32 sums, one rounding):
   oneDNN's bf16 inner product took about three times the weight-streaming time at one row,
   and the whole bf16 verify forward runs 2.08x faster than stock at T = 1 and 1.5x faster
-  than "packed" (benchmarks/micro/kernels-tiled-bfloat16.md).
+  than "packed" (benchmarks/micro/kernels-tiled-bfloat16.md). Its tiles take up to 8 rows of x
+  (AVX-512 has 32 registers), so trees of up to 8 tokens stream each weight once
+  (benchmarks/micro/kernels-tiled-bfloat16-s8.md).
 - "packed": oneDNN's inner product on a weight reordered once into oneDNN's blocked layout
   (the path PyTorch's own inductor uses for frozen CPU linears). Whole verify forward
   (benchmarks/micro/kernels-float32.md): t(8)/t(1) = 1.37 against 1.59 for "small-batch" and

@@ -205,7 +205,8 @@ def test_tiled_bf16_matches_the_exact_product(k_in, n_out):
     ops = tiled_ops()
     torch.manual_seed(k_in * 1000 + n_out)
     w, b = torch.randn(n_out, k_in).bfloat16(), torch.randn(n_out).bfloat16()
-    for rows in range(1, TILED_MAX_ROWS + 1, 3):
+    # Every tile shape (1..8 rows a pass, then 8-row passes and a tail), then a sample above.
+    for rows in [*range(1, 18), *range(18, TILED_MAX_ROWS + 1, 5)]:
         x = torch.randn(rows, k_in).bfloat16()
         for bias in (b, None):
             got = ops.tiled_linear_bf16(x, w, bias)
