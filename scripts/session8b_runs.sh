@@ -15,3 +15,6 @@ $B --data ../shared/data/spec_bench.jsonl --per-category 10 --round-robin --meth
 # The shipped prompts, each turn timed 3 times interleaved (median).
 $B --data assets/bench_prompts.jsonl --per-category 1 --methods ar,tr,racer,hf-pld --repeats 3 \
   --max-new-tokens 128 --out benchmarks/s8b-cpu-shipped-r3
+# Fixed capacities against auto in one interleaved run (method@capacity), each turn timed twice.
+$B --data assets/bench_prompts.jsonl --per-category 1 --methods ar,racer,racer@4,racer@8,racer@16,racer@32,racer@64,hf-pld \
+  --repeats 2 --max-new-tokens 128 --out benchmarks/s8b-cpu-shipped-sweep
