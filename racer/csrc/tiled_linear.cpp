@@ -232,52 +232,36 @@ inline void all_rows_bf16(const bf16_t* x, int64_t M, const bf16_t* w, int64_t K
   }
 }
 
-// As block12: 12 weight rows against all rows of x, 12 accumulators per tile, the first pass
-// prefetching the next block.
+// One pass of the 12-row weight block w against NX rows of x, as 12 / NW tiles; pf (the next
+// block, or null) is prefetched along the way.
+template <int NW, int NX>
+inline void pass12_bf16(const bf16_t* x, const bf16_t* w, int64_t K, bf16_t* y, int64_t N, const float* b,
+                        const bf16_t* pf) {
+  for (int j = 0; j < 12; j += NW)
+    tile_bf16<NW, NX>(x, w + j * K, K, y + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
+}
+
+// As block12: 12 weight rows against all rows of x, the first pass prefetching the next block.
+// Up to 8 rows a pass (3 x 8 accumulators of the 32 registers), so a tree of up to 8 tokens
+// streams each weight block once.
 inline void block12_bf16(const bf16_t* x, int64_t M, const bf16_t* w, int64_t K, bf16_t* y, int64_t N,
                          const float* b, bool prefetch_next) {
   const bf16_t* next = prefetch_next ? w + 12 * K : nullptr;
   int64_t m = 0;
-  // Up to 8 rows a pass (3 x 8 accumulators of the 32 registers), so a tree of up to 8 tokens
-  // streams each weight block once.
-  for (; m + 8 <= M; m += 8)
-    for (int j = 0; j < 12; j += 3)
-      tile_bf16<3, 8>(x + m * K, w + j * K, K, y + m * N + j, N, b ? b + j : nullptr,
-                      m == 0 && next ? next + j * K : nullptr);
+  for (; m + 8 <= M; m += 8) pass12_bf16<3, 8>(x + m * K, w, K, y + m * N, N, b, m == 0 ? next : nullptr);
   const bf16_t* xr = x + m * K;
   bf16_t* yr = y + m * N;
   const bf16_t* pf = m == 0 ? next : nullptr;
   switch (M - m) {
-    case 7:
-      for (int j = 0; j < 12; j += 3)
-        tile_bf16<3, 7>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
-    case 6:
-      for (int j = 0; j < 12; j += 3)
-        tile_bf16<3, 6>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
-    case 5:
-      for (int j = 0; j < 12; j += 3)
-        tile_bf16<3, 5>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
-    case 4:
-      for (int j = 0; j < 12; j += 3)
-        tile_bf16<3, 4>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
-    case 3:
-      for (int j = 0; j < 12; j += 4)
-        tile_bf16<4, 3>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
-    case 2:
-      for (int j = 0; j < 12; j += 6)
-        tile_bf16<6, 2>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
-    case 1:
-      // One row is memory-bound: four 3-row passes streamed faster than one 12-row pass
-      // (vocabulary projection 1.05-1.2x), the same sums in the same order.
-      for (int j = 0; j < 12; j += 3)
-        tile_bf16<3, 1>(xr, w + j * K, K, yr + j, N, b ? b + j : nullptr, pf ? pf + j * K : nullptr);
-      break;
+    case 7: pass12_bf16<3, 7>(xr, w, K, yr, N, b, pf); break;
+    case 6: pass12_bf16<3, 6>(xr, w, K, yr, N, b, pf); break;
+    case 5: pass12_bf16<3, 5>(xr, w, K, yr, N, b, pf); break;
+    case 4: pass12_bf16<3, 4>(xr, w, K, yr, N, b, pf); break;
+    case 3: pass12_bf16<4, 3>(xr, w, K, yr, N, b, pf); break;
+    case 2: pass12_bf16<6, 2>(xr, w, K, yr, N, b, pf); break;
+    // One row is memory-bound: four 3-row passes streamed faster than one 12-row pass
+    // (vocabulary projection 1.05-1.2x), the same sums in the same order.
+    case 1: pass12_bf16<3, 1>(xr, w, K, yr, N, b, pf); break;
     default: break;
   }
 }
