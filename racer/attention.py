@@ -93,7 +93,7 @@ def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
 @lru_cache(maxsize=1)
 def _step_ops() -> Any:
     from .fastlinear import tiled_bf16_available, tiled_ops
-    return tiled_ops() if tiled_bf16_available() and hasattr(tiled_ops(), "step_attention_bf16") else None
+    return tiled_ops() if tiled_bf16_available() else None
 
 
 def step_kernel_available() -> bool:
@@ -102,47 +102,47 @@ def step_kernel_available() -> bool:
     return use_step_kernel and _step_ops() is not None
 
 
-# The mask, as the kernel's (T, L) visibility, computed once per forward (see _repeated).
-_last_visible: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
+class _PerForward:
+    """The last result computed from a forward's mask, keyed on the mask's identity and the
+    other arguments: every layer of a forward gets the same mask tensor, so the work runs once
+    per forward, not per layer. The strong reference keeps the id from being reused; masks are
+    built fresh for each forward and never written in place. One tuple, read once: safe across
+    threads."""
+
+    def __init__(self, compute: Any) -> None:
+        self.compute = compute
+        self.last: tuple[torch.Tensor, tuple[Any, ...], Any] | None = None
+
+    def __call__(self, mask: torch.Tensor, *args: Any) -> Any:
+        hit = self.last
+        if hit is not None and hit[0] is mask and hit[1] == args:
+            return hit[2]
+        out = self.compute(mask, *args)
+        self.last = (mask, args, out)
+        return out
 
 
-def _visible(mask: torch.Tensor, keys: int) -> torch.Tensor | None:
+def _visibility(mask: torch.Tensor, keys: int) -> torch.Tensor | None:
     """(T, L) bool, True where a query sees a key; None for a mask it cannot express (an
     additive bias other than 0 / blocked, a batch of masks, a length other than the keys')."""
-    global _last_visible
-    hit = _last_visible
-    if hit is not None and hit[0] is mask and hit[1] == keys:
-        return hit[2]
+    if not (mask.dim() == 4 and mask.shape[0] == 1 and mask.shape[1] == 1 and mask.shape[-1] == keys):
+        return None
+    m = mask[0, 0]
     vis: torch.Tensor | None = None
-    if mask.dim() == 4 and mask.shape[0] == 1 and mask.shape[1] == 1 and mask.shape[-1] == keys:
-        m = mask[0, 0]
-        if m.dtype == torch.bool:
-            vis = m.contiguous()
-        elif m.is_floating_point():
-            seen = m == 0
-            blocked = m <= torch.finfo(m.dtype).min / 2
-            if bool((seen | blocked).all()):
-                vis = seen.contiguous()
-        if vis is not None and not bool(vis.any(dim=-1).all()):
-            vis = None  # a row that sees nothing: leave its definition to PyTorch
-    _last_visible = (mask, keys, vis)
+    if m.dtype == torch.bool:
+        vis = m.contiguous()
+    elif m.is_floating_point():
+        seen = m == 0
+        if bool((seen | (m <= torch.finfo(m.dtype).min / 2)).all()):
+            vis = seen.contiguous()
+    if vis is not None and not bool(vis.any(dim=-1).all()):
+        return None  # a row that sees nothing: leave its definition to PyTorch
     return vis
 
 
-# Every layer of a forward gets the same mask tensor; repeat it once per forward, not per layer.
-# Keyed on identity (the strong reference keeps the id from being reused); masks are built
-# fresh for each forward and never written in place. One tuple, read once: safe across threads.
-_last: tuple[torch.Tensor, int, int, torch.Tensor] | None = None
-
-
-def _repeated(mask: torch.Tensor, B: int, T: int, n: int) -> torch.Tensor:
-    global _last
-    hit = _last
-    if hit is not None and hit[0] is mask and hit[1:3] == (B, n):
-        return hit[3]
-    out = mask.expand(B, 1, T, mask.shape[-1]).repeat(1, 1, n, 1)
-    _last = (mask, B, n, out)
-    return out
+# The mask as the step kernel's visibility, and repeated along the query rows for the packed call.
+_visible = _PerForward(_visibility)
+_repeated = _PerForward(lambda mask, B, T, n: mask.expand(B, 1, T, mask.shape[-1]).repeat(1, 1, n, 1))
 
 
 def register() -> str:

@@ -8,21 +8,17 @@ module's class in place (parameters, hooks and state dicts stay); anything the k
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
-
 import torch
 from torch import nn
+
+from .fastlinear import tiled_ops
 
 # Classes whose forward is exactly the formula above (transformers 5; Gemma's 1 + w differs).
 FORMULA_CLASSES = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"})
 
 
-@lru_cache(maxsize=1)
-def _ops() -> Any:
-    from .fastlinear import tiled_ops
-    ops = tiled_ops()
-    return ops if ops is not None and hasattr(ops, "rms_norm") else None
+# racer's compiled kernels (built and cached by fastlinear), or None where they cannot run.
+_ops = tiled_ops
 
 
 class FastRMSNorm(nn.Module):

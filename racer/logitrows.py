@@ -8,18 +8,16 @@ takes 0.016 and 0.075 (2-core EPYC, /tmp microbenchmark): about 6 % of a RACER s
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import torch
 
+from .fastlinear import tiled_ops
 
-@lru_cache(maxsize=1)
-def _ops() -> Any:
-    from .fastlinear import tiled_ops
-    ops = tiled_ops()
-    return ops if ops is not None and hasattr(ops, "argmax_rows") else None
+
+# racer's compiled kernels (built and cached by fastlinear), or None where they cannot run.
+_ops = tiled_ops
 
 
 def _native(logits: torch.Tensor) -> Any:
