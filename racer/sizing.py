@@ -26,7 +26,7 @@ _DEEP_COPY = 0.85
 #: each. The row was computed in another context, so q sits well below the probability:
 #: measured on the shipped prompts (racer, capacity 40, 128 tokens, 2,000 logits nodes whose
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
-#: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md §8.2).
+#: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md §10.2).
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 
@@ -240,7 +240,7 @@ class Sizer:
         probs = self.model.estimate(tree, self.burst)
         # Every size sizing may choose, exploration's included.
         n = min(len(tree), max(self.max_size, self.explore_nodes + 1))
-        curve = [self.curve.t(T, context_len) for T in range(1, n + 1)]
+        curve = self.curve.ts(n, context_len)
         # Predicted verify-forward ms: the cost curve scaled by this decoding's calibration.
         costs = [c * f for c, f in zip(curve, self.calibration.factors(n))]
         keep, expected, rates = choose_size(probs, lambda T: costs[T - 1], self.overhead_ms, self.max_size)

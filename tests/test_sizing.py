@@ -108,6 +108,17 @@ def test_cost_curve_interpolates():
     assert c.t(128, 100) > c.t(64, 100)
 
 
+@pytest.mark.parametrize("contexts", [[16], [128, 512, 1536]])
+def test_cost_curve_rows_equal_single_sizes(contexts):
+    rng = random.Random(len(contexts))
+    sizes = [1, 2, 4, 8, 16, 64]
+    ms = [sorted(rng.uniform(5, 50) for _ in sizes) for _ in contexts]
+    curve = CostCurve(sizes, contexts, ms, {})
+    for context in (1, 16, 128, 300, 512, 1000, 1536, 4000):
+        for n in (1, 7, 64, 90):
+            assert curve.ts(n, context) == [curve.t(T, context) for T in range(1, n + 1)]
+
+
 def test_auto_capacity_is_lossless(tmp_path, monkeypatch):
     monkeypatch.setenv("RACER_CACHE", str(tmp_path))
     lm = tiny_lm(vocab=96)

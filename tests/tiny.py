@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from racer import attention, fastlinear, fastnorm
+from racer import attention, fastlayer, fastlinear, fastnorm
 from racer.models import LoadedModel
 
 
@@ -40,6 +40,7 @@ def tiny_lm(vocab: int = 96, seed: int = 0, layers: int = 2, eos: int | None = N
     fastlinear.use_kernel(model, fastlinear.choose(torch.device("cpu"), dtype) if kernel == "auto" else kernel)
     if kernel != "stock":
         fastnorm.use_fast_norm(model)
+        fastlayer.use_fast_layers(model)
     eos_ids = frozenset() if eos is None else frozenset({eos})
     return LoadedModel(model, TinyTokenizer(vocab), "tiny", "tiny-llama", torch.device("cpu"), dtype, eos_ids,
                        max_context, vocab, 0.0, "test")

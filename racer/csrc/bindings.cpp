@@ -11,6 +11,7 @@ torch::Tensor step_attention_bf16(const torch::Tensor& q, const torch::Tensor& k
 torch::Tensor argmax_rows(const torch::Tensor& logits);
 std::tuple<torch::Tensor, torch::Tensor> topk_rows(const torch::Tensor& logits, int64_t k, bool probs);
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+torch::Tensor rope_rows(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 }  // namespace racer
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -21,5 +22,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "attention of a few bfloat16 query rows (a draft tree or one token) over a grouped-query KV cache (AVX512-BF16)");
   m.def("argmax_rows", &racer::argmax_rows, "first index of each row's largest logit (AVX2)");
   m.def("rms_norm", &racer::rms_norm, "Llama-family RMSNorm of float32 or bfloat16 rows (AVX2)");
+  m.def("rope_rows", &racer::rope_rows, "rotary position embedding of float32 or bfloat16 query/key rows");
   m.def("topk_rows", &racer::topk_rows, "each row's k largest logits' ids, descending, and their softmax probabilities (AVX2)");
 }

@@ -1,0 +1,231 @@
+"""racer's decoder-layer forward (racer.fastlayer): bit-identical to the module path it replaces, for
+one token, chains and trees, over both cache classes, in float32 and bfloat16, for Llama, Qwen2 and
+Mistral layers; it leaves the module path whenever it cannot reproduce it."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import DynamicCache, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from racer import attention, fastlayer, fastlinear, fastnorm
+from racer.fastlinear import tiled_available, tiled_bf16_available, tiled_ops
+from racer.kvcache import new_cache
+from racer.verify import forward_tree
+from tests.test_loop_tiny import random_tree
+from tests.tiny import tiny_lm
+
+pytestmark = pytest.mark.skipif(not tiled_available(), reason="racer's CPU kernels do not build here")
+
+DTYPES = [torch.float32] + ([torch.bfloat16] if tiled_bf16_available() else [])
+
+
+@pytest.fixture
+def fast_on():
+    yield
+    fastlayer.enabled = True
+
+
+def both_paths(lm, run):
+    """run() with the fast layer forward and with the module path."""
+    fastlayer.enabled = True
+    fast = run()
+    fastlayer.enabled = False
+    try:
+        slow = run()
+    finally:
+        fastlayer.enabled = True
+    return fast, slow
+
+
+def tree_logits(lm, prompt, tree, cache_cls=None):
+    model = lm.model
+    cache = new_cache(model) if cache_cls is None else cache_cls(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
+        out = forward_tree(model, cache, tree, len(prompt), lm.device, lm.dtype)
+        # The cache the tree forward wrote is used by the next one as well.
+        nxt = model(input_ids=torch.tensor([[tree.tokens[-1]]]), cache=cache, use_cache=True).logits[0]
+    return torch.cat([out, nxt])
+
+
+class Boom:
+    @staticmethod
+    def forward(*args, **kwargs):
+        raise AssertionError("the module path ran")
+
+
+def force_fast(lm):
+    """Make the module path raise, so a test knows the fast forward ran."""
+    for layer in lm.model.model.layers:
+        layer.__dict__["_racer_base"] = Boom
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 13, 64])
+def test_tree_and_chain_logits_equal_module_path(dtype, size, fast_on):
+    lm = tiny_lm(dtype=dtype, layers=3, head_dim=64 if dtype == torch.bfloat16 else None)
+    assert fastlayer.count(lm.model) == 3
+    rng = random.Random(size)
+    prompt = [rng.randrange(lm.vocab_size) for _ in range(40)]
+    for tree in (random_tree(rng, 7, size, lm.vocab_size),):
+        fast, slow = both_paths(lm, lambda: tree_logits(lm, prompt, tree))
+        assert torch.equal(fast, slow)
+    chain = random_tree(random.Random(0), 3, 1, lm.vocab_size)
+    for tok in range(size - 1):
+        chain.add(len(chain) - 1, tok % lm.vocab_size, "retrieval", 0)
+    fast, slow = both_paths(lm, lambda: tree_logits(lm, prompt, chain, DynamicCache))
+    assert torch.equal(fast, slow)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fast_forward_runs_for_steps_and_not_for_prefill_or_autograd(dtype, fast_on):
+    lm = tiny_lm(dtype=dtype, layers=2)
+    force_fast(lm)
+    model = lm.model
+    cache = new_cache(model)
+    with torch.inference_mode():
+        with pytest.raises(AssertionError, match="module path"):  # 65 rows: prefill is the module's
+            model(input_ids=torch.arange(fastlinear.TILED_MAX_ROWS + 1)[None] % lm.vocab_size, cache=cache)
+        model(input_ids=torch.tensor([[1, 2, 3]]), cache=cache)  # a step: the fast forward
+    with torch.enable_grad(), pytest.raises(AssertionError, match="module path"):
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    fastlayer.enabled = False
+    with torch.inference_mode(), pytest.raises(AssertionError, match="module path"):
+        model(input_ids=torch.tensor([[1]]))
+
+
+def test_hooks_and_other_kernels_take_the_module_path(fast_on):
+    lm = tiny_lm(layers=2)
+    model = lm.model
+    seen = []
+    handle = model.model.layers[1].self_attn.register_forward_hook(lambda m, a, o: seen.append(o[0].shape))
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([[1, 2]]))
+        assert seen == [torch.Size([1, 2, 64])]  # the hook saw the attention module run
+    finally:
+        handle.remove()
+    force_fast(lm)
+    fastlinear.use_kernel(model, "packed")
+    with torch.inference_mode(), pytest.raises(AssertionError, match="module path"):
+        model(input_ids=torch.tensor([[1, 2]]))
+    fastlinear.use_kernel(model, "tiled")
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([[1, 2]]))
+
+
+def test_fused_weights_are_views_and_the_state_dict_is_unchanged():
+    torch.manual_seed(0)
+    lm = tiny_lm(layers=2, kernel="stock")
+    before = {k: v.clone() for k, v in lm.model.state_dict().items()}
+    fastlinear.use_kernel(lm.model, "tiled")
+    fastnorm.use_fast_norm(lm.model)
+    assert fastlayer.use_fast_layers(lm.model) == 2
+    after = lm.model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    a = lm.model.model.layers[0].self_attn
+    step = a.q_proj.weight.numel() * a.q_proj.weight.element_size()
+    assert a.k_proj.weight.data_ptr() == a.q_proj.weight.data_ptr() + step
+    assert a.k_proj.weight.untyped_storage().data_ptr() == a.v_proj.weight.untyped_storage().data_ptr()
+    # A weight loaded in place reaches the fused tensor: the fast forward still equals the module path.
+    with torch.no_grad():
+        a.v_proj.weight.mul_(-1.5)
+    prompt = list(range(20))
+    tree = random_tree(random.Random(1), 4, 6, lm.vocab_size)
+    fast, slow = both_paths(lm, lambda: tree_logits(lm, prompt, tree))
+    assert torch.equal(fast, slow)
+
+
+def test_a_dtype_move_leaves_the_stale_fused_weights_alone(fast_on):
+    if not tiled_bf16_available():
+        pytest.skip("needs the bf16 kernels")
+    lm = tiny_lm(dtype=torch.bfloat16, layers=2)
+    lm.model.float()  # replaces every parameter's data: the fused bf16 tensors are stale now
+    lm.dtype = torch.float32
+    layer = lm.model.model.layers[0]
+    assert not fastlayer._runs(layer._racer_plan, torch.zeros(1, 1, 64), layer)
+    prompt = list(range(12))
+    tree = random_tree(random.Random(2), 4, 5, lm.vocab_size)
+    fast, slow = both_paths(lm, lambda: tree_logits(lm, prompt, tree))
+    assert torch.equal(fast, slow)
+
+
+def _family(cls_cfg, cls_model, dtype, **extra):
+    torch.manual_seed(0)
+    cfg = cls_cfg(vocab_size=80, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False, **extra)
+    cfg._attn_implementation = attention.register()
+    model = cls_model(cfg).to(dtype).eval()
+    with torch.no_grad():  # non-zero biases, so fusing them is tested
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_()
+    fastlinear.use_kernel(model, "tiled")
+    fastnorm.use_fast_norm(model)
+    return model
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+def test_qwen2_and_mistral_layers(family, dtype, fast_on):
+    model = _family(Qwen2Config, Qwen2ForCausalLM, dtype) if family == "qwen2" else \
+        _family(MistralConfig, MistralForCausalLM, dtype, head_dim=16)
+    assert fastlayer.use_fast_layers(model) == 2
+    if family == "qwen2":
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+
+    class LM:
+        pass
+    lm = LM()
+    lm.model, lm.device, lm.dtype, lm.vocab_size = model, torch.device("cpu"), dtype, 80
+    rng = random.Random(3)
+    prompt = [rng.randrange(80) for _ in range(30)]
+    tree = random_tree(rng, 5, 9, 80)
+    force_fast(lm)
+    with torch.inference_mode():
+        fast = tree_logits(lm, prompt[:30], tree)  # prefill would raise: run it on the module path
+    for layer in model.model.layers:
+        del layer.__dict__["_racer_base"]
+    fastlayer.enabled = False
+    slow = tree_logits(lm, prompt, tree)
+    assert torch.equal(fast, slow)
+
+
+def test_layers_it_cannot_reproduce_keep_their_forward():
+    lm = tiny_lm(layers=2, kernel="stock")
+    assert fastlayer.use_fast_layers(lm.model) == 0  # stock linears and norms: nothing to call directly
+    assert type(lm.model.model.layers[0]).__name__ == "LlamaDecoderLayer"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_kernel_equals_transformers_rotary(dtype):
+    g = torch.Generator().manual_seed(0)
+    B, T, H, G, D = 1, 7, 6, 2, 64
+    qkv = (torch.randn(B, T, (H + 2 * G) * D, generator=g) * 30).to(dtype)
+    pos = torch.arange(1000, 1000 + T, dtype=torch.float32)
+    inv = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
+    emb = torch.cat([pos[:, None] * inv, pos[:, None] * inv], -1)[None]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    q = qkv[..., :H * D]
+    k = qkv[..., H * D:(H + G) * D]
+    want_q, want_k = apply_rotary_pos_emb(q.reshape(B, T, H, D).transpose(1, 2), k.reshape(B, T, G, D).transpose(1, 2),
+                                          cos, sin)
+    ops = tiled_ops()
+    got_q = ops.rope_rows(q, cos, sin).view(B, T, H, D).transpose(1, 2)  # strided rows: a slice of q|k|v
+    got_k = ops.rope_rows(k.contiguous(), cos, sin).view(B, T, G, D).transpose(1, 2)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
+def test_rope_kernel_rejects_bad_input():
+    ops = tiled_ops()
+    x, c = torch.zeros(1, 2, 128), torch.zeros(1, 2, 64)
+    with pytest.raises(RuntimeError, match="whole heads"):
+        ops.rope_rows(torch.zeros(1, 2, 100), c, c)
+    with pytest.raises(RuntimeError, match="one row per token"):
+        ops.rope_rows(x, torch.zeros(1, 3, 64), torch.zeros(1, 3, 64))
+    with pytest.raises(RuntimeError, match="one dtype"):
+        ops.rope_rows(x, c.double(), c.double())
