@@ -106,7 +106,13 @@ def test_bf16_tree_drafters_equal_ar_exactly(real_lm_bf16, name):
     ids = build_input_ids(real_lm_bf16.tokenizer, PROMPTS[name])
     ref = decode(real_lm_bf16, ids, make_drafter("ar"), DecodeConfig(max_new_tokens=N)).token_ids
     for method in METHODS:
+        # A fixed capacity always verifies drafts, so accepted ones make the equality bite whatever
+        # this machine's cost curve; with "auto", sizing may (rightly) draft little on slow trees.
         res = decode(real_lm_bf16, ids, make_drafter(method, vocab_size=real_lm_bf16.vocab_size),
-                     DecodeConfig(max_new_tokens=N, capacity="auto" if method in ("tr", "racer") else 32))
+                     DecodeConfig(max_new_tokens=N, capacity=16 if method in ("tr", "racer") else 32))
         assert res.token_ids == ref, method
         assert method == "ar" or res.mat > 1.0, method  # drafts were accepted: the equality had teeth
+        if method in ("tr", "racer"):
+            res = decode(real_lm_bf16, ids, make_drafter(method, vocab_size=real_lm_bf16.vocab_size),
+                         DecodeConfig(max_new_tokens=N, capacity="auto"))
+            assert res.token_ids == ref, f"{method} auto"
