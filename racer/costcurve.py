@@ -42,18 +42,7 @@ class CostCurve:
     def t(self, size: int, context: int) -> float:
         """Interpolated forward ms (linear in T and in context; clamped outside the grid
         in context, extrapolated linearly beyond the largest T)."""
-        row = [self._at_size(size, ci) for ci in range(len(self.contexts))]
-        cs = self.contexts
-        if context <= cs[0]:
-            return row[0]
-        if context >= cs[-1]:
-            if len(cs) == 1:
-                return row[-1]
-            slope = (row[-1] - row[-2]) / (cs[-1] - cs[-2])
-            return row[-1] + max(0.0, slope) * (context - cs[-1])
-        j = bisect_left(cs, context)
-        w = (context - cs[j - 1]) / (cs[j] - cs[j - 1])
-        return row[j - 1] * (1 - w) + row[j] * w
+        return self._across_contexts([[self._at_size(size, ci)] for ci in range(len(self.contexts))], context)[0]
 
     def ts(self, n: int, context: int) -> list[float]:
         """[t(1, context), ..., t(n, context)], equal to calling t() for each size; sizing asks for
@@ -62,17 +51,22 @@ class CostCurve:
         if grid is None or len(grid[0]) < n:
             grid = [[self._at_size(T, ci) for T in range(1, n + 1)] for ci in range(len(self.contexts))]
             self.__dict__["_per_size"] = grid
+        return self._across_contexts([row[:n] for row in grid], context)
+
+    def _across_contexts(self, rows: list[list[float]], context: int) -> list[float]:
+        """Per-size values at `context` from rows[ci] = the values at contexts[ci]: linear in
+        context, clamped below the grid, extrapolated above it (never downwards)."""
         cs = self.contexts
         if context <= cs[0]:
-            return grid[0][:n]
+            return rows[0]
         if context >= cs[-1]:
             if len(cs) == 1:
-                return grid[-1][:n]
+                return rows[-1]
             d = cs[-1] - cs[-2]
-            return [b + max(0.0, (b - a) / d) * (context - cs[-1]) for a, b in zip(grid[-2][:n], grid[-1][:n])]
+            return [b + max(0.0, (b - a) / d) * (context - cs[-1]) for a, b in zip(rows[-2], rows[-1])]
         j = bisect_left(cs, context)
         w = (context - cs[j - 1]) / (cs[j] - cs[j - 1])
-        return [a * (1 - w) + b * w for a, b in zip(grid[j - 1][:n], grid[j][:n])]
+        return [a * (1 - w) + b * w for a, b in zip(rows[j - 1], rows[j])]
 
     def _at_size(self, size: int, ci: int) -> float:
         s, y = self.sizes, self.ms[ci]

@@ -51,7 +51,7 @@ class _Plan:
 
     __slots__ = ("attn", "modules", "linears", "checks", "dtype", "w_qkv", "b_qkv", "q_cols", "k_cols",
                  "w_o", "b_o", "w_gu", "b_gu", "inter", "silu_contig", "w_down", "b_down", "norm1", "norm2",
-                 "eps1", "eps2", "head_dim", "extra", "linear", "config")
+                 "eps1", "eps2", "head_dim", "extra", "ops", "linear", "config")
 
 
 def _fuse(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -124,8 +124,8 @@ def _plan(layer: nn.Module) -> _Plan | None:
         {"sliding_window": attn.sliding_window if where == "module" else getattr(attn.config, "sliding_window", None)}
     # The config's own dict: its attribute lookup runs transformers' __getattribute__ (~2 us).
     p.config = object.__getattribute__(attn.config, "__dict__")
-    ops = tiled_ops()
-    p.linear = ops.tiled_linear if p.dtype == torch.float32 else ops.tiled_linear_bf16
+    p.ops = tiled_ops()
+    p.linear = p.ops.tiled_linear if p.dtype == torch.float32 else p.ops.tiled_linear_bf16
     return p
 
 
@@ -154,8 +154,7 @@ def _forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch
         return self._racer_base.forward(self, hidden_states, attention_mask=attention_mask, position_ids=position_ids,
                                         cache=cache, use_cache=use_cache, position_embeddings=position_embeddings,
                                         **kwargs)
-    ops = tiled_ops()
-    lin = p.linear
+    ops, lin = p.ops, p.linear
     x = hidden_states
     B, T, _ = x.shape
     D = p.head_dim

@@ -228,8 +228,8 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
     if dev.type == "cpu" and linear_kernel != "stock" and fastnorm.use_fast_norm(model):
         notes.append("racer's RMSNorm kernel")
     if dev.type == "cpu" and kernel == "tiled" and fastlayer.use_fast_layers(model):
-        notes.append("racer's decoder-layer forward for 1..64-token forwards (fused q/k/v and gate/up, rotary kernel; "
-                     "bit-identical to the module path)")
+        notes.append(f"racer's decoder-layer forward for 1..{fastlinear.TILED_MAX_ROWS}-token forwards (fused q/k/v and "
+                     "gate/up, rotary kernel; bit-identical to the module path)")
     if dev.type == "cpu" and dt == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
         notes.append(f"racer's bf16 step-attention kernel for 1..{attention.STEP_MAX_TOKENS}-token forwards "
                      "(exact: a tree node's logits equal the one-token forward's)")
