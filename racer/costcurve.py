@@ -18,11 +18,11 @@ from typing import Callable
 
 import torch
 
-from . import fastlayer
-from .fastlinear import TILED_MAX_ROWS, kernel_of, tiled_source_tag
+from . import cpu
+from .cpu.rows import argmax
 from .kvcache import new_cache
-from .logitrows import argmax
-from .models import LoadedModel, cache_root
+from .models import LoadedModel
+from .paths import cache_root
 from .tree import DraftTree
 from .verify import forward_tree
 
@@ -88,24 +88,21 @@ class CostCurve:
 
 
 def curve_key(lm: LoadedModel) -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
+    cpu_name = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+                cpu_name = line.split(":", 1)[1].strip()
                 break
     except OSError:
         pass
     dev = str(lm.device)
     if lm.device.type == "cuda":
         dev = torch.cuda.get_device_name(lm.device)
-    kernel = kernel_of(lm.model)
-    if kernel == "tiled":
-        kernel += f"-{tiled_source_tag()}-rows{TILED_MAX_ROWS}"
     attn = str(getattr(lm.model.config, "_attn_implementation", "?"))
-    layers = "fast" if fastlayer.enabled and fastlayer.count(lm.model) else "module"
-    return {"format": "4", "cache": "growing", "kernel": kernel, "layers": layers, "attn": attn, "model": lm.name, "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
-            "threads": str(torch.get_num_threads()), "cpu": cpu, "torch": torch.__version__}
+    return {"format": "5", "cache": "growing", **cpu.signature(lm.model), "attn": attn, "model": lm.name,
+            "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
+            "threads": str(torch.get_num_threads()), "cpu": cpu_name, "torch": torch.__version__}
 
 
 def _cache_file(key: dict[str, str]) -> Path:
@@ -113,7 +110,7 @@ def _cache_file(key: dict[str, str]) -> Path:
     return cache_root() / "costcurves" / f"{h}.json"
 
 
-def _random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
+def random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
     """A bushy tree (not a chain), so the measured cost includes the custom mask path."""
     t = DraftTree.root_only(rng.randrange(vocab))
     while len(t) < size:
@@ -142,7 +139,7 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                 progress(f"measuring the cost curve: context {ctx}, round {r + 1}/{repeats + 1} "
                          f"({ci * (repeats + 1) + r + 1}/{(repeats + 1) * len(contexts)})")
             for si, size in enumerate(sizes):
-                tree = _random_tree(rng, size, vocab) if size > 1 else DraftTree.root_only(rng.randrange(vocab))
+                tree = random_tree(rng, size, vocab) if size > 1 else DraftTree.root_only(rng.randrange(vocab))
                 if lm.device.type == "cuda":
                     torch.cuda.synchronize(lm.device)
                 t0 = time.perf_counter()
@@ -164,11 +161,10 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
 
 def get_cost_curve(lm: LoadedModel, remeasure: bool = False,
                    progress: Callable[[str], None] | None = None) -> CostCurve:
-    """The cached curve for this model/device/dtype/threads, measuring it if needed.
-    Kept on the LoadedModel too, so one process measures at most once."""
-    cached = getattr(lm, "_cost_curve", None)
-    if cached is not None and not remeasure:
-        return cached
+    """The cached curve for this model/device/dtype/threads, measuring it if needed (seconds).
+    Kept as `lm.cost_curve` too, so one process measures at most once."""
+    if lm.cost_curve is not None and not remeasure:
+        return lm.cost_curve
     key = curve_key(lm)
     path = _cache_file(key)
     curve = None
@@ -188,5 +184,5 @@ def get_cost_curve(lm: LoadedModel, remeasure: bool = False,
             tmp.replace(path)
         except OSError:
             pass  # a read-only cache only costs a re-measure next start
-    lm._cost_curve = curve  # type: ignore[attr-defined]
+    lm.cost_curve = curve
     return curve

@@ -18,11 +18,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from .drafters.base import Drafter, Verified
-from .models import LoadedModel
 from .costcurve import get_cost_curve
+from .cpu.rows import top_k
+from .drafters.base import Drafter, Verified
 from .kvcache import new_cache
-from .logitrows import top_k
+from .models import LoadedModel
 from .records import DecodeResult, StepRecord
 from .sizing import Sizer
 from .tree import DraftTree

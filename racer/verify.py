@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .logitrows import argmax
+from .cpu.rows import argmax
 from .tree import DraftTree
 
 

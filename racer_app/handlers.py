@@ -28,6 +28,7 @@ from racer.models import resolve_device, resolve_dtype
 from racer.prompting import common_prefix
 from racer.race import Race
 from visuals import acceptance_by_source, cost_figure, race_figure
+from visuals.bench_figures import bench_figures
 
 from . import explainer as X
 from .format import (METHOD_TITLES, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, sizing_md,
@@ -199,7 +200,7 @@ class Studio:
         tok = lm.tokenizer
         return Trace(steps, list(prompt_ids), functools.partial(_decode_one, tok), functools.partial(_decode_many, tok),
                      source=source, title=title, model=lm.name, settings=s.to_dict(), detail_steps=detail,
-                     stop_reason=stop_reason, cost_curve=getattr(lm, "_cost_curve", None))
+                     stop_reason=stop_reason, cost_curve=lm.cost_curve)
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -281,7 +282,7 @@ class Studio:
         ids = self._prompt_ids(lm, prompt, system)
         cfg = self._config(lm, s, len(ids), notes)
         stop = sess.begin()
-        if uses_auto(s) and getattr(lm, "_cost_curve", None) is None:
+        if uses_auto(s) and lm.cost_curve is None:
             yield self._race_frame(status="⏳ Measuring this machine's cost curve (once per machine; up to a minute "
                                           "on a small CPU)…")
         drafters = {"racer": make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s)),
@@ -583,7 +584,7 @@ class Studio:
         out_dir = Path(tempfile.mkdtemp(prefix="racer-bench-"))
         import json
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
-        write_report(out_dir, summary, images=False)
+        write_report(out_dir, summary, bench_figures(summary), images=False)
         state = "⏹ Stopped early; the tables cover what finished." if run.interrupted else "✅ Done."
         status = (f"{state} {len(run.results)} runs ({len(rows)} prompts × {len(methods)} methods) on "
                   f"**{summary.get('hardware') or lm.device}** in {time.perf_counter() - t0:.0f} s, "
@@ -596,9 +597,8 @@ class Studio:
 
     def bench_view(self, summary: dict[str, Any], status: str, files: list[str] | None, viewport: Any = None) -> tuple:
         """Status, tables, figures (made visible), cost note and files for a benchmark summary."""
-        from racer.bench.report import build_figures, category_table, cost_section, overall_table
-        figs, _ = build_figures(summary)
-        figs = {k: fluid(v, viewport) for k, v in figs.items()}
+        from racer.bench.report import category_table, cost_section, overall_table
+        figs = {k: fluid(v, viewport) for k, v in bench_figures(summary).items()}
         chosen = self._chosen_size(summary)
         cc = summary.get("cost_curve")
         auto = (summary.get("settings") or {}).get("capacity") == "auto"
@@ -704,7 +704,7 @@ class Studio:
             if lm is None:
                 return
             try:
-                if uses_auto(self.defaults) and getattr(lm, "_cost_curve", None) is None:
+                if uses_auto(self.defaults) and lm.cost_curve is None:
                     self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
                     make_sizer(lm)
                 self.warming = "preparing the How it works example"

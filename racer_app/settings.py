@@ -8,14 +8,16 @@ that say what was changed, so the UI can show them.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from racer.copylogit import RULES
+from racer.costcurve import get_cost_curve
 from racer.drafters.racer import MERGES
+from racer.models import LoadedModel
+from racer.sizing import Sizer
 
 MERGE_CHOICES = MERGES
 BREADTH_RULES = RULES
@@ -80,32 +82,15 @@ class Settings:
 FIELDS = tuple(f.name for f in dataclasses.fields(Settings))
 
 
-def auto_capacity_supported() -> bool:
-    """Whether this library build sizes trees itself: `DecodeRun(..., sizer=...)` with
-    `DecodeConfig(capacity="auto")`, a `racer.sizing.Sizer` fed by the measured cost curve
-    (`racer.costcurve.get_cost_curve`). Older builds take only a fixed int."""
-    try:
-        from racer.loop import DecodeRun
-        if "sizer" not in inspect.signature(DecodeRun.__init__).parameters:
-            return False
-        import racer.costcurve  # noqa: F401
-        import racer.sizing  # noqa: F401
-    except (ImportError, TypeError, ValueError):
-        return False
-    return True
-
-
-def make_sizer(lm: Any, progress: Any = None) -> Any:
+def make_sizer(lm: LoadedModel, progress: Any = None) -> Sizer:
     """A fresh per-session tree sizer on this hardware's cost curve (measured once, cached)."""
-    from racer.costcurve import get_cost_curve
-    from racer.sizing import Sizer
     return Sizer(get_cost_curve(lm, progress=progress))
 
 
-def cost_curve_figure_data(lm: Any, context: int = 256, chosen: int | None = None) -> dict[str, Any] | None:
-    """`visuals.cost_figure` input from the cost curve this process already holds (kept on the
-    model by `racer.costcurve.get_cost_curve`), or None. Never measures."""
-    curve = getattr(lm, "_cost_curve", None)
+def cost_curve_figure_data(lm: LoadedModel, context: int = 256, chosen: int | None = None) -> dict[str, Any] | None:
+    """`visuals.cost_figure` input from the cost curve this process already holds
+    (`lm.cost_curve`), or None. Never measures."""
+    curve = lm.cost_curve
     if curve is None:
         return None
     d = curve.table(int(context))
@@ -122,7 +107,7 @@ def default_settings(device_type: str = "cpu", dtype: str = "float32") -> Settin
         fixed = 64
     else:
         fixed = 24 if dtype == "bfloat16" else 16
-    return Settings(capacity_mode="auto" if auto_capacity_supported() else "fixed", capacity=fixed,
+    return Settings(capacity_mode="auto", capacity=fixed,
                     max_new_tokens=256 if gpu else 128)
 
 
@@ -167,9 +152,6 @@ def validate(raw: dict[str, Any] | Settings, limits: Limits, allowed_models: lis
     if mode not in CAPACITY_MODES:
         notes.append(f"capacity mode '{mode}' unknown; using '{base.capacity_mode}'")
         mode = base.capacity_mode
-    if mode == "auto" and not auto_capacity_supported():
-        notes.append("automatic tree sizing is not available in this build; using the fixed size")
-        mode = "fixed"
     s.capacity_mode = mode
     s.capacity = _clamp_num("capacity", d.get("capacity", base.capacity), 1, 128, base.capacity, notes,
                             label="tree capacity")
@@ -211,7 +193,7 @@ def capacity_value(s: Settings) -> Any:
 
 
 def uses_auto(s: Settings) -> bool:
-    return s.capacity_mode == "auto" and auto_capacity_supported()
+    return s.capacity_mode == "auto"
 
 
 def allowed_models_from_env() -> list[str]:

@@ -47,11 +47,10 @@ def prompt_of(i: int) -> str:
 
 def serve(port: int, max_new: int) -> None:
     sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "tests"))
     import torch
     torch.set_num_threads(1)
     os.environ.setdefault("RACER_CACHE", str(Path("/tmp") / f"racer-load-{os.getpid()}"))
-    from tiny import TinyTokenizer, tiny_lm
+    from racer.tiny import TinyTokenizer, tiny_lm
 
     import app
     from racer_app.settings import Limits

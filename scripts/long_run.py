@@ -20,7 +20,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main() -> int:
@@ -36,9 +35,8 @@ def main() -> int:
     import psutil
     import torch
     torch.set_num_threads(1)
-    from tiny import tiny_lm
-
     from racer import DecodeConfig, DecodeRun, make_drafter
+    from racer.tiny import tiny_lm
 
     lm = tiny_lm(vocab=96, max_context=args.context)
     proc = psutil.Process()

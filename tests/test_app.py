@@ -9,15 +9,14 @@ import re
 import socket
 import threading
 
+import gradio as gr
+import gradio_client
 import pytest
 
-gr = pytest.importorskip("gradio")
-gradio_client = pytest.importorskip("gradio_client")
-
-from racer import DecodeConfig, make_drafter  # noqa: E402
-from racer.race import Race  # noqa: E402
-from racer_app.settings import Limits, Settings, auto_capacity_supported, validate  # noqa: E402
-from tiny import TinyTokenizer, tiny_lm  # noqa: E402
+from racer import DecodeConfig, make_drafter
+from racer.race import Race
+from racer.tiny import TinyTokenizer, tiny_lm
+from racer_app.settings import Limits, Settings, validate
 
 V = 96
 LIMITS = Limits(max_new_tokens=64, max_prompt_tokens=300, time_limit_s=60, inspector_steps=8, bench_max_prompts=2,
@@ -180,11 +179,10 @@ def test_inspector_does_not_wait_behind_a_decode(server, monkeypatch):
     race(b, max_new=8)                                   # b has a trace to inspect
     job = a.submit(0, PROMPT, "", *settings(max_new=64), api_name="/race")
     time.sleep(0.5)
-    t0 = time.perf_counter()
     header = b.predict(0, api_name="/inspector")[0]
     assert "Inspecting" in header
+    # The inspector answered while the race still ran: it did not wait for the decode slot.
     assert not job.done(), "the race finished before the inspector answered; the test proves nothing"
-    assert time.perf_counter() - t0 < 5
     job.result()
 
 
@@ -262,7 +260,6 @@ def test_explainer_builds_its_figures_from_a_preset_run(server):
     assert out[2] is not None and out[4] is not None
 
 
-@pytest.mark.skipif(not auto_capacity_supported(), reason="this build has no automatic tree sizing")
 def test_auto_capacity_is_shown(server):
     c = client(server)
     r = race(c, max_new=24, mode="auto")

@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from racer.bench import BenchSettings, HFMethod, LoopMethod, Row, load_rows, run_benchmark, run_rows
-from racer.bench.__main__ import _capacity, parse_args
+from racer.bench.__main__ import parse_args
+from racer.bench.runner import parse_capacity
 from racer.bench.data import DEFAULT_DATA
-from racer.bench.methods import Session, clip_lengths, clip_output, get_method
+from racer.bench.methods import Conversation, clip_lengths, clip_output, get_method
 from racer.bench.summary import compare_outputs, first_difference
 from racer.drafters.base import Drafter
 from racer.tree import DraftTree
-from tiny import tiny_lm
+from racer.tiny import tiny_lm
+from visuals.bench_figures import bench_figures
 
 V = 96
 ROLE = {"system": 1, "user": 2, "assistant": 3}
@@ -59,8 +61,8 @@ def lm():
 def full_run(lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     methods = ["ar", "pld", "tr", "racer", "racer-retrieval", "racer-logits", "racer-half", "racer-hard", "hf", "hf-pld"]
-    res = run_benchmark(lm, ROWS, methods, BenchSettings(**FAST), out_dir=out, encode=encode, images=False,
-                        progress=False, command="pytest", data={"path": "inline"})
+    res = run_benchmark(lm, ROWS, methods, BenchSettings(**FAST), out_dir=out, encode=encode, figures=bench_figures,
+                        images=False, progress=False, command="pytest", data={"path": "inline"})
     return res, out, methods
 
 
@@ -152,11 +154,11 @@ class Spy(LoopMethod):
         super().__init__(name if name in ("ar", "pld", "racer") else "ar")
         self.name, self.log = name, log
 
-    def session(self, lm):
-        inner = super().session(lm)
+    def conversation(self, lm):
+        inner = super().conversation(lm)
         spy = self
 
-        class S(Session):
+        class S(Conversation):
             def run(self, ids, cfg):
                 out = inner.run(ids, cfg)
                 spy.log.append((spy.name, list(ids), out))
@@ -240,9 +242,9 @@ def test_shipped_prompts_are_the_default():
 def test_cli_arguments():
     a = parse_args(["--out", "d", "--methods", "ar,hf-pld", "--capacity", "auto", "--limit", "3", "--turns", "first"])
     assert a.methods == "ar,hf-pld" and a.limit == 3 and a.turns == "first"
-    assert _capacity("auto") == "auto" and _capacity("24") == 24 and _capacity(None) is None
+    assert parse_capacity("auto") == "auto" and parse_capacity("24") == 24 and parse_capacity(None) is None
     with pytest.raises(ValueError):
-        _capacity("big")
+        parse_capacity("big")
     with pytest.raises(ValueError, match="unknown method"):
         get_method("nope")
 
@@ -334,19 +336,19 @@ def test_sampling_runs_without_identity_check(lm):
                         progress=False)
     assert out.summary["identical_check"] is None and out.summary["settings"]["greedy"] is False
     assert all(r["new_tokens"] == 16 for r in out.results)
-    kw = HFMethod("hf").session(lm).generate_kwargs(st.config())
+    kw = HFMethod("hf").conversation(lm).generate_kwargs(st.config())
     assert kw["do_sample"] and kw["top_k"] == 20 and kw["top_p"] == 0.95 and kw["temperature"] == 0.9
-    assert HFMethod("hf-pld", 10).session(lm).generate_kwargs(st.config())["prompt_lookup_num_tokens"] == 10
+    assert HFMethod("hf-pld", 10).conversation(lm).generate_kwargs(st.config())["prompt_lookup_num_tokens"] == 10
 
 
 def test_ctrl_c_keeps_what_finished(lm, tmp_path):
     calls = {"n": 0}
 
     class Interrupting(LoopMethod):
-        def session(self, lm_):
-            inner = super().session(lm_)
+        def conversation(self, lm_):
+            inner = super().conversation(lm_)
 
-            class S(Session):
+            class S(Conversation):
                 def run(self, ids, cfg):
                     calls["n"] += 1
                     if calls["n"] == 4:       # warm-up is call 1; then q1, q2 t1, q2 t2 finish
@@ -368,12 +370,12 @@ def test_failed_run_is_reported_and_the_rest_go_on(lm):
     q1 = encode([{"role": "user", "content": ROWS[0].turns[0]}])
 
     class Failing(LoopMethod):
-        def session(self, lm_):
-            class S(Session):
+        def conversation(self, lm_):
+            class S(Conversation):
                 def run(self, ids, cfg):
                     if ids == q1:
                         raise RuntimeError("boom")
-                    return LoopMethod("ar").session(lm_).run(ids, cfg)
+                    return LoopMethod("ar").conversation(lm_).run(ids, cfg)
             return S()
 
     run = run_rows(lm, ROWS, ["ar", Failing("bad")], BenchSettings(**{**FAST, "warmup": 0}), encode=encode,
@@ -385,12 +387,6 @@ def test_failed_run_is_reported_and_the_rest_go_on(lm):
 
 
 def test_capacity_auto_is_passed_through(lm, tmp_path, monkeypatch):
-    from racer.loop import DecodeConfig
-    try:
-        DecodeConfig(capacity="auto")
-        import racer.sizing  # noqa: F401
-    except (TypeError, ImportError):
-        pytest.skip("capacity='auto' not in this library version")
     monkeypatch.setenv("RACER_CACHE", str(tmp_path))
     st = BenchSettings(**{**FAST, "capacity": "auto"})
     run = run_rows(lm, ROWS[:1], ["ar", "racer"], st, encode=encode, progress=False)
@@ -408,28 +404,34 @@ def test_cli_end_to_end(lm, tmp_path, monkeypatch):
     data.write_text("\n".join(json.dumps(r.to_dict()) for r in ROWS) + "\n{broken\n")
     out = tmp_path / "out"
     argv = ["--data", str(data), "--limit", "2", "--methods", "ar,racer,hf", "--max-new-tokens", "8", "--capacity", "8",
-            "--out", str(out), "--no-images", "--no-cost-curve", "--no-progress"]
+            "--out", str(out), "--no-cost-curve", "--no-progress"]
     assert main(argv) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["command"] == "python -m racer.bench " + " ".join(argv)
     assert s["data"]["limit"] == 2 and s["settings"]["capacity"] == 8
     assert [x["reason"][:12] for x in s["skipped"]] == ["invalid JSON"]
     assert len((out / "results.jsonl").read_text().splitlines()) == 3 * 3   # q1, q2 (2 turns)
-    assert main(["--out", str(out), "--report-only", "--no-images"]) == 0
+    assert main(["--out", str(out), "--report-only"]) == 0
     assert main(argv + ["--methods", "ar,nope"]) == 2   # the last --methods wins: an unknown name
 
 
-def test_plain_figures_fallback(full_run):
-    from racer.bench.report import _figures_plain
-    figs = _figures_plain(full_run[0].summary)
-    assert set(figs) == {"benchmark", "acceptance", "latency", "tokens_vs_time", "cost_curve"}
+def test_bench_figures_cover_every_plot_of_the_report(full_run, tmp_path):
+    from racer.bench.report import PLOTS
+    from visuals.bench_figures import main
+    figs = bench_figures(full_run[0].summary)
+    assert set(figs) == set(PLOTS)
+    # The command adds them to a run folder's report.
+    (tmp_path / "summary.json").write_text(json.dumps(full_run[0].summary))
+    assert main([str(tmp_path), "--no-images"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert all((tmp_path / "plots" / f"{n}.html").is_file() and f"plots/{n}.html" in report for n in PLOTS)
 
 
 def test_stock_kernel_baselines_run_stock_and_restore(lm):
     # hf-pld-stock runs generate() on PyTorch's own linear layers (transformers as installed)
     # and leaves the model on the kernel every other method uses.
     from racer.bench.methods import HFMethod
-    from racer.fastlinear import kernel_of, use_kernel
+    from racer.cpu.linear import kernel_of, use_kernel
 
     before = kernel_of(lm.model)
     seen = []

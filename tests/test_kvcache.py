@@ -15,7 +15,7 @@ from racer.copylogit import CopyLogitStore
 from racer.loop import last_occurrences
 from racer.verify import accept_greedy, forward_tree, keep_path
 from tests.test_loop_tiny import rand_prompt, random_tree
-from tests.tiny import tiny_lm
+from racer.tiny import tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from racer import METHODS, DecodeConfig, DecodeRun, decode, make_drafter
 from racer.drafters.base import Drafter
 from racer.tree import DraftTree
 from racer.verify import Sampling, forward_tree, process_logits
-from tiny import tiny_lm
+from racer.tiny import tiny_lm
 
 V = 96
 

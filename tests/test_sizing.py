@@ -8,7 +8,7 @@ from racer import DecodeConfig, decode, make_drafter
 from racer.costcurve import CostCurve, get_cost_curve
 from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, p_bucket, prune
 from racer.tree import DraftTree
-from tiny import tiny_lm
+from racer.tiny import tiny_lm
 
 
 def random_tree(rng, size, vocab=50):

@@ -374,7 +374,6 @@ def test_palette_is_distinct():
 
 @pytest.fixture(scope="module")
 def tiny_steps():
-    pytest.importorskip("racer.loop")
     from visuals.gallery import tiny_model_steps
     steps, result = tiny_model_steps(max_new_tokens=40)
     return steps, result

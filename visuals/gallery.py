@@ -14,7 +14,6 @@ import html
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,13 +35,11 @@ def _browser() -> str | None:
 
 
 def tiny_model_steps(max_new_tokens: int = 60) -> tuple[list[Any], Any]:
-    """Real step records: the tiny random Llama from tests/tiny.py and the real RACER drafter."""
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "tests"))
+    """Real step records: the tiny random Llama of racer.tiny and the real RACER drafter."""
     import random
 
     from racer import DecodeConfig, DecodeRun, make_drafter
-    from tiny import tiny_lm  # type: ignore[import-not-found]
+    from racer.tiny import tiny_lm
 
     lm = tiny_lm(vocab=96)
     rng = random.Random(0)

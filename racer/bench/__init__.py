@@ -7,7 +7,8 @@
     out.summary["methods"]["racer"]["overall"]["speedup_vs_ar"]
 
 Command line: `python -m racer.bench --help`. Outputs: results.jsonl (one row per question ×
-turn × method), summary.json (what the app's benchmark view reads), report.md + plots/.
+turn × method), summary.json (what the app's benchmark view reads), report.md (tables; with the
+plots a caller passes as `figures`, or `python -m visuals.bench_figures OUT` afterwards).
 """
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from ..models import LoadedModel
 from .costs import measure_cost_curve
 from .data import DEFAULT_DATA, Row, Skipped, load_rows, read_rows, select_rows
-from .methods import ALL_METHODS, HF_METHODS, BenchMethod, HFMethod, LoopMethod, Outcome, Session, get_method
-from .runner import BenchRun, BenchSettings, Encoder, run_rows
+from .methods import ALL_METHODS, HF_METHODS, BenchMethod, Conversation, HFMethod, LoopMethod, Outcome, get_method
+from .runner import BenchRun, BenchSettings, Encoder, parse_capacity, run_rows
 from .summary import build_summary, compare_outputs, context_lengths
 
 DEFAULT_METHODS = ("ar", "pld", "tr", "racer", "racer-nochain", "racer-retrieval", "racer-logits", "racer-half",
@@ -51,8 +52,10 @@ def run_benchmark(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | 
                   settings: BenchSettings | None = None, *, out_dir: str | Path | None = None,
                   encode: Encoder | None = None, skipped: Sequence[Skipped] | None = None,
                   command: str | None = None, data: dict[str, Any] | None = None, cost_curve: bool = True,
-                  images: bool = True, progress: bool = True, log: TextIO | None = None) -> BenchOutput:
-    """Run, summarise and (with `out_dir`) write results.jsonl, summary.json, report.md, plots/.
+                  figures: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None, images: bool = True,
+                  progress: bool = True, log: TextIO | None = None) -> BenchOutput:
+    """Run, summarise and (with `out_dir`) write results.jsonl, summary.json and report.md, with
+    plots/ when `figures` (summary -> {plot name: figure}, e.g. visuals.bench_figures) is given.
 
     Ctrl-C during the runs keeps what finished: the summary and report cover it and say
     `interrupted` (the cost curve is then not measured)."""
@@ -90,11 +93,11 @@ def run_benchmark(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | 
     if out is not None:
         _write_json(out / "summary.json", summary)
         from .report import write_report
-        notes += write_report(out, summary, images=images)["notes"]
+        notes += write_report(out, summary, figures(summary) if figures else None, images=images)["notes"]
     return BenchOutput(run, summary, out, notes)
 
 
 __all__ = ["run_benchmark", "run_rows", "BenchSettings", "BenchOutput", "BenchRun", "load_rows", "read_rows",
            "select_rows", "Row", "Skipped", "DEFAULT_DATA", "DEFAULT_METHODS", "ALL_METHODS", "HF_METHODS",
-           "BenchMethod", "LoopMethod", "HFMethod", "Session", "Outcome", "get_method", "build_summary",
-           "compare_outputs", "measure_cost_curve"]
+           "BenchMethod", "LoopMethod", "HFMethod", "Conversation", "Outcome", "get_method", "build_summary",
+           "compare_outputs", "measure_cost_curve", "parse_capacity"]

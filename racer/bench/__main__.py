@@ -1,4 +1,7 @@
-"""python -m racer.bench --methods ar,racer,hf --max-new-tokens 256 --out benchmarks/cpu-smollm2
+"""python -m racer.bench --methods ar,racer,hf --max-new-tokens 256 --out benchmarks/RUN
+
+Writes results.jsonl, summary.json and report.md (tables) into --out; the plots come from the
+figure layer: `python -m visuals.bench_figures benchmarks/RUN` (`make bench` runs both).
 
 Exit status: 0 done, 1 done but a greedy method's output differed from ar's beyond a
 floating-point tie (a bug), 2 bad arguments or model, 130 interrupted (what finished is kept).
@@ -15,11 +18,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from .data import DEFAULT_DATA
     from .methods import ALL_METHODS
     from . import DEFAULT_METHODS
-    from ..fastlinear import KERNELS
+    from ..cpu.linear import KERNELS
     p = argparse.ArgumentParser(prog="python -m racer.bench",
                                 description="Benchmark every decoding method (and transformers' generate) on a JSONL "
-                                            "of {question_id, category, turns}; writes results.jsonl, summary.json, "
-                                            "report.md and plots/ into --out.")
+                                            "of {question_id, category, turns}; writes results.jsonl, summary.json "
+                                            "and report.md into --out (plots: python -m visuals.bench_figures OUT).")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="JSONL rows (default: the shipped assets/bench_prompts.jsonl)")
     p.add_argument("--limit", type=int, default=None, help="run only the first N rows (after --categories)")
     p.add_argument("--per-category", type=int, default=None, help="run only the first N rows of each category")
@@ -43,29 +46,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes over every method")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--kernel", choices=["auto", *KERNELS], default="auto",
-                   help="linear kernel, for every method alike (auto: racer.fastlinear.choose, "
-                        "the one measured fastest on this device and dtype)")
+                   help="linear kernel, for every method alike (auto: RACER_LINEAR, by default the one "
+                        "measured fastest on this device and dtype)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-cost-curve", action="store_true", help="skip measuring the cost curve")
-    p.add_argument("--no-images", action="store_true", help="HTML plots only (no PNG rendering)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--report-only", action="store_true",
-                   help="run nothing: re-render report.md and plots/ from --out's summary.json")
+                   help="run nothing: re-render report.md's tables from --out's summary.json")
     return p.parse_args(argv)
-
-
-def _capacity(text: str | None) -> int | str | None:
-    if text is None:
-        return None
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"--capacity must be 'auto' or a whole number, not {text!r}") from None
-    if value < 1:
-        raise ValueError("--capacity must be at least 1")
-    return value
 
 
 def print_table(summary: dict, out=sys.stdout) -> None:
@@ -81,7 +69,7 @@ def print_table(summary: dict, out=sys.stdout) -> None:
         out.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
 
 
-def report_only(out: Path, images: bool = True) -> int:
+def report_only(out: Path) -> int:
     import json
     from .report import write_report
     try:
@@ -89,7 +77,7 @@ def report_only(out: Path, images: bool = True) -> int:
     except (OSError, ValueError) as e:
         print(f"error: cannot read {out / 'summary.json'}: {e}", file=sys.stderr)
         return 2
-    for n in write_report(out, summary, images=images)["notes"]:
+    for n in write_report(out, summary)["notes"]:
         print(f"note: {n}", file=sys.stderr)
     print(f"wrote {out / 'report.md'}", file=sys.stderr)
     return 0
@@ -99,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.report_only:
-        return report_only(Path(args.out), images=not args.no_images)
+        return report_only(Path(args.out))
     from ..models import ModelLoadError, load_model
-    from . import BenchSettings, get_method, load_rows, run_benchmark
+    from . import BenchSettings, get_method, load_rows, parse_capacity, run_benchmark
 
     try:
-        capacity = _capacity(args.capacity)
+        capacity = parse_capacity(args.capacity)
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         for m in methods:
             get_method(m)
@@ -146,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         out = run_benchmark(lm, rows, methods, settings, out_dir=args.out, skipped=skipped, command=command,
                             data={"path": args.data, "rows_in_file_selected": len(rows), "turns": args.turns,
                                   "limit": args.limit, "per_category": args.per_category, "categories": cats},
-                            cost_curve=not args.no_cost_curve, images=not args.no_images,
-                            progress=not args.no_progress)
+                            cost_curve=not args.no_cost_curve, progress=not args.no_progress)
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -159,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     for n in out.notes:
         print(f"note: {n}", file=sys.stderr)
     outdir = Path(args.out)
-    print(f"wrote {outdir / 'results.jsonl'}, {outdir / 'summary.json'}, {outdir / 'report.md'}", file=sys.stderr)
+    print(f"wrote {outdir / 'results.jsonl'}, {outdir / 'summary.json'}, {outdir / 'report.md'}; plots: "
+          f"python -m visuals.bench_figures {shlex.quote(str(outdir))}", file=sys.stderr)
     if s.get("interrupted"):
         return 130
     chk = s.get("identical_check")

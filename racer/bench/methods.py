@@ -1,8 +1,8 @@
-"""What the benchmark runs: every method as a per-conversation `Session` with one call per turn.
+"""What the benchmark runs: every method as a `Conversation` with one call per turn.
 
 * Loop methods (`ar`, `pld`, `tr`, `racer`, its ablations) run through `racer.loop.DecodeRun`.
-  A session keeps its drafter across the turns of one conversation, as the app's chat does
-  (state belongs to a session, DESIGN.md §2.3); each new turn feeds the drafter only the
+  A conversation keeps its drafter across its turns, as the app's chat does (drafter state
+  belongs to one conversation of one user, DESIGN.md §2.3); each new turn feeds the drafter only the
   tokens it has not seen (`new_from`). Building the drafter is timed as part of turn 1.
 * `hf` is `transformers`' own `generate()` (greedy or sampling with the same settings);
   `hf-pld` is its built-in prompt lookup (`prompt_lookup_num_tokens=10`). A streamer that
@@ -17,7 +17,6 @@ after it is cut, and no method returns more than `max_new_tokens`.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
@@ -27,10 +26,12 @@ import torch
 from ..drafters import METHODS as LOOP_METHODS
 from ..drafters import make_drafter
 from ..drafters.base import Drafter
-from ..fastlinear import kernel_of, use_kernel
+from ..costcurve import get_cost_curve
+from ..cpu.linear import kernel_of, use_kernel
 from ..loop import DecodeConfig, DecodeRun
 from ..models import LoadedModel
 from ..prompting import common_prefix
+from ..sizing import Sizer
 
 #: "-stock": the same generate() with PyTorch's stock linear layers for the call, i.e.
 #: transformers as installed, without racer.fastlinear's kernel that every other method runs.
@@ -64,7 +65,7 @@ class Outcome:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class Session:
+class Conversation:
     """One conversation of one method: call `run` once per turn, in order."""
 
     def run(self, input_ids: list[int], cfg: DecodeConfig) -> Outcome:  # pragma: no cover - interface
@@ -72,10 +73,10 @@ class Session:
 
 
 class BenchMethod:
-    """A method the benchmark can run. Subclass with `name` and `session()`."""
+    """A method the benchmark can run. Subclass with `name` and `conversation()`."""
     name: str = "?"
 
-    def session(self, lm: LoadedModel) -> Session:  # pragma: no cover - interface
+    def conversation(self, lm: LoadedModel) -> Conversation:  # pragma: no cover - interface
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -126,31 +127,22 @@ class LoopMethod(BenchMethod):
         #: interleaved run, so every capacity sees the same machine state).
         self.capacity = capacity
 
-    def session(self, lm: LoadedModel) -> Session:
-        return LoopSession(self, lm)
+    def conversation(self, lm: LoadedModel) -> Conversation:
+        return LoopConversation(self, lm)
 
 
-def _run_accepts(name: str) -> bool:
-    try:
-        return name in inspect.signature(DecodeRun.__init__).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-class LoopSession(Session):
+class LoopConversation(Conversation):
     def __init__(self, method: LoopMethod, lm: LoadedModel) -> None:
         self.method, self.lm = method, lm
         self.drafter: Drafter | None = None
-        self.sizer: Any = None
+        self.sizer: Sizer | None = None
         self.fed: list[int] = []          # everything the drafter has seen: earlier prompts + answers
 
-    def _session_sizer(self, cfg: DecodeConfig) -> Any:
+    def _sizer(self, cfg: DecodeConfig) -> Sizer | None:
         """With capacity "auto", one sizer per conversation, so what it learns in turn 1 serves turn 2."""
-        if cfg.capacity != "auto" or not _run_accepts("sizer"):
+        if cfg.capacity != "auto":
             return None
         if self.sizer is None:
-            from ..costcurve import get_cost_curve
-            from ..sizing import Sizer
             self.sizer = Sizer(get_cost_curve(self.lm))
         return self.sizer
 
@@ -165,7 +157,7 @@ class LoopSession(Session):
             self.drafter = self.method.factory(lm)
         if self.method.capacity is not None:
             cfg = replace(cfg, capacity=self.method.capacity)
-        sizer = self._session_sizer(cfg)
+        sizer = self._sizer(cfg)
         if sizer is not None:
             kwargs["sizer"] = sizer
         new_from = common_prefix(self.fed, input_ids)
@@ -246,11 +238,11 @@ class HFMethod(BenchMethod):
         self.prompt_lookup = prompt_lookup
         self.stock_kernel = stock_kernel
 
-    def session(self, lm: LoadedModel) -> Session:
-        return HFSession(self, lm)
+    def conversation(self, lm: LoadedModel) -> Conversation:
+        return HFConversation(self, lm)
 
 
-class HFSession(Session):
+class HFConversation(Conversation):
     def __init__(self, method: HFMethod, lm: LoadedModel) -> None:
         self.method, self.lm = method, lm
 

@@ -22,8 +22,8 @@ from ..drafters import make_drafter
 from ..loop import DecodeConfig, DecodeRun
 from ..models import load_model
 from ..prompting import build_input_ids
-from .__main__ import _capacity
 from .data import load_rows
+from .runner import parse_capacity
 
 PHASES = ("draft_ms", "automaton_ms", "logits_ms", "merge_ms", "sizing_ms", "mask_ms", "forward_ms",
           "verify_ms", "cache_ms", "update_ms", "overhead_ms", "step_ms")
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--data", default="assets/bench_prompts.jsonl")
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--methods", default="ar,pld,tr,racer")
-    ap.add_argument("--capacity", type=_capacity, default="auto")
+    ap.add_argument("--capacity", type=parse_capacity, default="auto")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     args = ap.parse_args()
     lm = load_model(args.model, device="cpu", dtype=args.dtype)

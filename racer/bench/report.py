@@ -1,14 +1,16 @@
-"""report.md and its plots from a summary (and the results rows).
+"""report.md from a benchmark summary, with the plots a caller hands in.
 
-Plots are written as interactive HTML (plotly; one local plotly.min.js beside them, so they
-work offline) and as PNG where kaleido can render offline (it drives Chromium). If
-rendering fails the report says so and links the HTML.
+The tables come from the summary alone. Plots are figures drawn by the layer above
+(`python -m visuals.bench_figures DIR` draws them for a run folder, the app's benchmark view
+passes them in); they are written as interactive HTML (plotly; one local plotly.min.js beside
+them, so they work offline) and as PNG where kaleido can render offline (it drives Chromium).
+If rendering fails the report says so and links the HTML.
 """
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .costs import interpolate
 
@@ -23,83 +25,9 @@ def _f(x: Any, nd: int = 2, suffix: str = "") -> str:
     return f"{x}{suffix}"
 
 
-# -- figures ---------------------------------------------------------------------------------
-
-def _figures_visuals(summary: dict[str, Any]) -> dict[str, Any]:
-    import visuals as V
-    figs: dict[str, Any] = {}
-    methods = summary["methods"]
-    figs["benchmark"] = V.benchmark_figure(summary)
-    hist = {m: [int(k) for k, c in (d.get("accept_hist") or {}).items() for _ in range(c)]
-            for m, d in methods.items() if d.get("accept_hist")}
-    hist = {m: v for m, v in hist.items() if v and max(v) > 1}   # ar and hf commit one token per step
-    if hist:
-        figs["acceptance"] = V.acceptance_histogram(hist)
-    figs["latency"] = V.latency_figure({m: d["latency"] for m, d in methods.items()},
-                                       title="Decode latency per generated token (prefill excluded)")
-    tvt = (summary.get("tokens_vs_time") or {}).get("methods") or {}
-    if tvt:
-        figs["tokens_vs_time"] = V.race_figure(tvt, title="Tokens against each method's own time (whole benchmark)")
-    cc = summary.get("cost_curve")
-    if cc:
-        cap = summary["settings"].get("capacity")
-        figs["cost_curve"] = V.cost_figure({"sizes": cc["sizes"], "ms": cc["ms"],
-                                            "chosen_T": cap if isinstance(cap, int) else None},
-                                           hardware=f"{summary.get('hardware')}, context {cc['context']} tokens")
-    return figs
-
-
-def _figures_plain(summary: dict[str, Any]) -> dict[str, Any]:
-    """Simple plotly figures, used when the `visuals` package is not available."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-    figs: dict[str, Any] = {}
-    methods = summary["methods"]
-    cats = list(summary.get("categories") or []) + ["overall"]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=("MAT", "speedup vs ar"))
-    for m, d in methods.items():
-        src = [d["overall"] if c == "overall" else d["categories"].get(c, {}) for c in cats]
-        fig.add_trace(go.Bar(x=cats, y=[s.get("mat") for s in src], name=m, legendgroup=m), row=1, col=1)
-        fig.add_trace(go.Bar(x=cats, y=[s.get("speedup_vs_ar") for s in src], name=m, legendgroup=m,
-                             showlegend=False), row=2, col=1)
-    fig.update_layout(title="MAT and speedup per category", barmode="group")
-    figs["benchmark"] = fig
-    fig = go.Figure()
-    for m, d in methods.items():
-        h = d.get("accept_hist") or {}
-        if h and max(int(k) for k in h) > 1:
-            n = sum(h.values())
-            fig.add_trace(go.Bar(x=[int(k) for k in h], y=[c / n for c in h.values()], name=m))
-    fig.update_layout(title="Tokens committed per step", xaxis_title="tokens per step", yaxis_title="share of steps")
-    figs["acceptance"] = fig
-    fig = go.Figure()
-    phases = sorted({k for d in methods.values() for k in d["latency"]["timings"]})
-    for p in phases:
-        fig.add_trace(go.Bar(y=list(methods), x=[d["latency"]["timings"].get(p, 0) / max(1, d["latency"]["new_tokens"])
-                                                 for d in methods.values()], name=p, orientation="h"))
-    fig.update_layout(title="Latency per generated token (ms)", barmode="stack")
-    figs["latency"] = fig
-    fig = go.Figure()
-    for m, d in ((summary.get("tokens_vs_time") or {}).get("methods") or {}).items():
-        pts = d["points"]
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], name=m, line_shape="hv"))
-    fig.update_layout(title="Tokens against time", xaxis_title="s", yaxis_title="tokens")
-    figs["tokens_vs_time"] = fig
-    cc = summary.get("cost_curve")
-    if cc:
-        fig = go.Figure(go.Scatter(x=cc["sizes"], y=cc["ms"], mode="lines+markers"))
-        fig.update_layout(title=f"Verify forward ms against tree size (context {cc['context']})",
-                          xaxis_title="tree size T", yaxis_title="ms")
-        figs["cost_curve"] = fig
-    return figs
-
-
-def build_figures(summary: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    try:
-        return _figures_visuals(summary), None
-    except Exception as e:  # noqa: BLE001 - the report must still come out
-        return _figures_plain(summary), f"visuals figures unavailable ({e.__class__.__name__}: {e}); simple plots used"
-
+# -- plots -----------------------------------------------------------------------------------
+# The figures themselves come from the caller (visuals.bench_figures draws them from the summary;
+# the library does not draw): `figures` maps a name of PLOTS to a plotly figure.
 
 def write_images(figs: dict[str, Any], paths: dict[str, Path], timeout_s: float = 240.0) -> str | None:
     """Render PNGs with kaleido (one Chromium for all); returns an error note or None."""
@@ -295,6 +223,8 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, dict[str, str | No
         L += [f"Interactive: [{p['html']}]({p['html']})", ""]
         if name == "cost_curve":
             L += [cost_section(summary)]
+    if not plots:
+        L += ["No plots drawn with this report: `python -m visuals.bench_figures DIR` adds them.", ""]
     if "cost_curve" not in plots:
         L += ["### Hardware cost curve", "", cost_section(summary)]
     if summary.get("skipped"):
@@ -310,15 +240,16 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, dict[str, str | No
     return "\n".join(L)
 
 
-def write_report(out_dir: str | Path, summary: dict[str, Any], images: bool = True) -> dict[str, Any]:
-    """Write plots/*.html (+ .png) and report.md into out_dir; returns {"plots", "notes"}."""
+def write_report(out_dir: str | Path, summary: dict[str, Any], figures: Mapping[str, Any] | None = None,
+                 images: bool = True) -> dict[str, Any]:
+    """Write report.md into out_dir, and plots/NAME.html (+ .png) for each of `figures`; returns
+    {"plots", "notes"}."""
     out = Path(out_dir)
-    pdir = out / "plots"
-    pdir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    figs, note = build_figures(summary)
-    if note:
-        notes.append(note)
+    figs = {n: f for n, f in (figures or {}).items() if n in PLOTS}
+    pdir = out / "plots"
+    if figs:
+        pdir.mkdir(parents=True, exist_ok=True)
     plots: dict[str, dict[str, str | None]] = {}
     for name, fig in figs.items():
         html = pdir / f"{name}.html"
@@ -333,7 +264,7 @@ def write_report(out_dir: str | Path, summary: dict[str, Any], images: bool = Tr
         for n in figs:
             if paths[n].is_file():
                 plots[n]["png"] = f"plots/{n}.png"
-    elif not images:
+    elif figs and not images:
         notes.append("PNG rendering was switched off (--no-images); see the HTML plots")
     (out / "report.md").write_text(render_markdown(summary, plots, notes), encoding="utf-8")
     return {"plots": plots, "notes": notes}

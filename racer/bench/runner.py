@@ -2,7 +2,7 @@
 
 Order for each question and turn: repeat 1: A B C, repeat 2: A B C, ... (so slow drifts of
 the machine, such as heat or a neighbour's load, hit every method alike). Each repeat replays
-the conversation in its own session, so no drafter ever sees a turn twice. Multi-turn rows:
+the conversation in its own Conversation, so no drafter ever sees a turn twice. Multi-turn rows:
 each method's next turn is built from ITS OWN earlier answers (the conversation it would
 really have); under greedy decoding every lossless method gives the same answers anyway, and
 the summary marks turns whose prompt differs from ar's.
@@ -25,6 +25,21 @@ from .methods import BenchMethod, Outcome, get_method
 from .progress import Progress
 
 Encoder = Callable[[list[dict[str, str]]], list[int]]
+
+
+def parse_capacity(text: str | None) -> int | str | None:
+    """A --capacity argument: None (the library's default), "auto", or a whole number >= 1."""
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--capacity must be 'auto' or a whole number, not {text!r}") from None
+    if value < 1:
+        raise ValueError("--capacity must be at least 1")
+    return value
 
 
 @dataclass
@@ -184,7 +199,7 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
                               (" (the first 'auto' run on a machine measures its cost curve)" if first_auto else "") + "\n")
                     log.flush()
                 try:
-                    m.session(lm).run(ids, st.config(seed=st.seed, max_new_tokens=min(st.warmup_tokens,
+                    m.conversation(lm).run(ids, st.config(seed=st.seed, max_new_tokens=min(st.warmup_tokens,
                                                                                        st.max_new_tokens)))
                 except KeyboardInterrupt:
                     out.interrupted = True
@@ -199,7 +214,7 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
     bar.update(0, "starting")
     try:
         for row, ids1 in plan:
-            sessions = {m.name: [m.session(lm) for _ in range(st.repeats)] for m in ms}
+            conversations = {m.name: [m.conversation(lm) for _ in range(st.repeats)] for m in ms}
             history: dict[str, list[dict[str, str]]] = {m.name: [] for m in ms}
             alive = list(ms)
             for turn, user in enumerate(row.turns, 1):
@@ -231,7 +246,7 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
                                 continue
                             cfg = st.config(seed=seed_for(row.question_id, turn, st.seed))
                             try:
-                                o = sessions[m.name][r].run(prompts[m.name], cfg)
+                                o = conversations[m.name][r].run(prompts[m.name], cfg)
                             except KeyboardInterrupt:
                                 raise
                             except Exception as e:  # noqa: BLE001 - one failed run is reported, the rest go on

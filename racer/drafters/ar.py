@@ -10,6 +10,3 @@ class ARDrafter(Drafter):
 
     def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
         return DraftTree.root_only(root)
-
-
-AutoregressiveDrafter = ARDrafter

@@ -69,6 +69,3 @@ class PLDDrafter(Drafter):
                 tree.info["match_len"] = n
                 return tree
         return tree
-
-
-PromptLookupDrafter = PLDDrafter

@@ -16,19 +16,18 @@ directly:
   residual adds stay PyTorch ops.
 
 Every step is the module path's, in its order and rounding: the logits equal the module path's bit
-for bit (tests/test_fastlayer.py), so every method, and transformers' own generate(), gets the
+for bit (tests/test_cpu_layers.py), so every method, and transformers' own generate(), gets the
 same numbers as before, only sooner. Anything else runs the layer's own forward: autograd, a
 device other than the CPU, a dtype or linear kernel other than racer's tiled one, more than
 TILED_MAX_ROWS rows (prefill), hooks on the layer's modules (transformers' output_attentions
 capture), training mode, or weights replaced since the swap. RACER_FAST_LAYER=0 turns it off.
 
-Measured (python -m racer.bench.layers, context 600, benchmarks/micro/layers-*-s9.md): a verify
+Measured (python -m racer.kernelbench.decoder_layers, context 600): a verify
 forward of 1 / 4 / 8 tokens 1.34 / 1.29 / 1.20x faster than the module path in bfloat16, 1.12 /
 1.17 / 1.18x in float32.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -36,14 +35,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import attention
-from .fastlinear import TILED_MAX_ROWS, TiledLinear, tiled_ops
-from .fastnorm import FastRMSNorm
+from .build import extension
+from .linear import TILED_MAX_ROWS, TiledLinear
+from .norm import FastRMSNorm
+from .switches import ON
 
 # Decoder layers whose forward is Llama's (transformers 5: identical source, Qwen2 and Mistral
 # only add a sliding_window argument to the attention call), and where that argument comes from.
 _LAYERS = {"LlamaDecoderLayer": None, "MistralDecoderLayer": "config", "Qwen2DecoderLayer": "module"}
-# Read per call, so benchmarks can compare both paths in one process.
-enabled = os.environ.get("RACER_FAST_LAYER", "1") != "0"
 
 
 class _Plan:
@@ -124,13 +123,13 @@ def _plan(layer: nn.Module) -> _Plan | None:
         {"sliding_window": attn.sliding_window if where == "module" else getattr(attn.config, "sliding_window", None)}
     # The config's own dict: its attribute lookup runs transformers' __getattribute__ (~2 us).
     p.config = object.__getattribute__(attn.config, "__dict__")
-    p.ops = tiled_ops()
+    p.ops = extension()
     p.linear = p.ops.tiled_linear if p.dtype == torch.float32 else p.ops.tiled_linear_bf16
     return p
 
 
 def _runs(p: _Plan, x: torch.Tensor, layer: nn.Module) -> bool:
-    if not (enabled and x.dtype == p.dtype and x.device.type == "cpu" and x.dim() == 3
+    if not (ON.fast_layer and x.dtype == p.dtype and x.device.type == "cpu" and x.dim() == 3
             and x.shape[0] * x.shape[1] <= TILED_MAX_ROWS and not torch.is_grad_enabled() and not layer.training
             and type(p.linears[0]) is TiledLinear and p.config.get("_attn_implementation_internal") == attention.NAME):
         return False
@@ -191,8 +190,8 @@ def use_fast_layers(model: nn.Module) -> int:
     """Give every supported decoder layer of `model` the fast forward, in place (a class swap:
     parameters, hooks and state dicts stay; q/k/v and gate/up weights become views of fused
     tensors); returns how many. Needs racer's tiled linear kernel in the model's dtype and its
-    RMSNorm (racer.fastnorm) already swapped in."""
-    if tiled_ops() is None:
+    RMSNorm (racer.cpu.norm) already swapped in."""
+    if extension() is None:
         return 0
     n = 0
     for module in model.modules():

@@ -9,19 +9,20 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-import racer.attention as attention
-from racer.fastlinear import tiled_bf16_available, tiled_ops
+from racer.cpu import ON, attention
+from racer.cpu.build import extension
+from racer.cpu.linear import tiled_bf16_available
 from racer import METHODS, DecodeConfig, decode, make_drafter
 from racer.verify import forward_tree
 from tests.test_loop_tiny import OracleDrafter, rand_prompt, random_tree
-from tests.tiny import tiny_lm
+from racer.tiny import tiny_lm
 
-pytestmark = pytest.mark.skipif(not (tiled_bf16_available() and hasattr(tiled_ops(), "step_attention_bf16")),
+pytestmark = pytest.mark.skipif(not (tiled_bf16_available() and hasattr(extension(), "step_attention_bf16")),
                                 reason="the bf16 step-attention kernel needs a CPU with AVX512-BF16")
 
 
 def kernel(q, k, v, visible, scale):
-    return tiled_ops().step_attention_bf16(q, k, v, visible, scale)
+    return extension().step_attention_bf16(q, k, v, visible, scale)
 
 
 def reference(q, k, v, visible, scale):
@@ -147,13 +148,13 @@ def test_masks_it_takes_and_masks_it_leaves_to_pytorch():
 def test_model_uses_it_and_can_turn_it_off(monkeypatch):
     lm = tiny_lm(dtype=torch.bfloat16, head_dim=64)
     calls = []
-    real = tiled_ops().step_attention_bf16
+    real = extension().step_attention_bf16
     monkeypatch.setattr(attention, "_step_ops", lambda: type("Spy", (), {
         "step_attention_bf16": staticmethod(lambda *a: calls.append(a[0].shape[2]) or real(*a))}))
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)
     assert calls == [3, 3]  # two layers, a 3-token causal step each
-    monkeypatch.setattr(attention, "use_step_kernel", False)
+    monkeypatch.setattr(ON, "step_attention", False)
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)
     assert calls == [3, 3]

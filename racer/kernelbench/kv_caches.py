@@ -1,7 +1,7 @@
 """Verify-forward time against tree size with transformers' DynamicCache (appends by
 concatenation) and racer.kvcache.GrowingCache (appends in place), interleaved in one run:
 
-    python -m racer.bench.kvcache [--context 1000] [--repeats 9] [--sizes 1,2,4,8,16,32]
+    python -m racer.kernelbench.kv_caches [--context 1000] [--repeats 9] [--sizes 1,2,4,8,16,32]
 
 Prints a markdown table of median ms, dynamic / growing (>1: growing faster) and t(T)/t(1).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from transformers import DynamicCache
 
 from ..models import load_model
-from .forwardtimes import ab_title, parse_args, print_table, time_forwards
+from .timing import ab_title, parse_args, print_table, time_forwards
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
-"""Verify-forward time against tree size for each of racer.fastlinear's linear kernels
-(stock, small-batch, packed, tiled), interleaved in one run on one model:
+"""Verify-forward time against tree size for each of racer.cpu.linear's kernels (stock,
+small-batch, packed, tiled), interleaved in one run on one model:
 
-    python -m racer.bench.kernels [--context 300] [--repeats 12] [--sizes 1,2,4,8,16,32,64] [--dtype float32]
+    python -m racer.kernelbench.linear_kernels [--context 300] [--repeats 12] [--sizes 1,2,4,8,16,32,64] [--dtype float32]
 
 Prints a markdown table of median ms, stock / kernel (>1: the kernel is faster) and t(T)/t(1).
 Kernels this build or CPU cannot run in the dtype are left out.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ..fastlinear import available, use_kernel
+from ..cpu.linear import available, use_kernel
 from ..models import load_model
-from .forwardtimes import parse_args, print_table, time_forwards
+from .timing import parse_args, print_table, time_forwards
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """Interleaved timing of verify forwards for A/B comparisons of one model set-up against another
-(dtypes, linear kernels): every variant runs the same random tree at every size, round after
+(dtypes, kernels, caches): every variant runs the same random tree at every size, round after
 round, so all see the same machine state."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from ..costcurve import _random_tree
+from ..costcurve import random_tree
 from ..kvcache import new_cache
 from ..models import LoadedModel
 from ..verify import forward_tree
@@ -52,7 +52,7 @@ def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: i
     times: dict[tuple[str, int], list[float]] = {(n, T): [] for n in variants for T in sizes}
     for rep in range(repeats + 1):
         for T in sizes:
-            tree = _random_tree(rng, T, vocab)
+            tree = random_tree(rng, T, vocab)
             for name, (lm, switch) in variants.items():
                 switch()
                 t0 = time.perf_counter()

@@ -6,7 +6,7 @@ PyTorch's `x @ W.T` on CPU goes through MKL, which on this project's AMD machine
 that: measured (2-core AVX2 EPYC, float32, SmolLM2-135M shapes) M=2 costs 1.9x M=1. The
 replacements, chosen per model by `choose`:
 
-- "tiled": our own AVX2/FMA kernel (racer/csrc/tiled_linear.cpp) for 1..TILED_MAX_ROWS rows,
+- "tiled": our own AVX2/FMA kernel (csrc/tiled_linear.cpp) for 1..TILED_MAX_ROWS rows,
   built once per machine with the system C++ compiler and cached; prefill (more rows) goes to
   "packed". Per call (float32, SmolLM2-135M shapes, weights in cache) oneDNN's inner product
   spends 35-40 us even on a 192x576 weight at one row; the tiled kernel 7-9 us. Inside a real
@@ -38,16 +38,13 @@ Every method of a run shares the model and so the kernel: greedy identity is una
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import sys
-import threading
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from .build import bf16, extension, unavailable_reason
 
 KERNELS = ("tiled", "packed", "small-batch", "stock")
 
@@ -101,86 +98,22 @@ class PackedLinear(nn.Linear):
 # v2 kernel a verify forward of 20-64 tokens ran 1.08-1.25x faster tiled than packed (context
 # 300, interleaved), so trees of any size the sizing picks on a CPU stay on it.
 TILED_MAX_ROWS = 64
-# One extension from every source in csrc/: the linear kernels, step attention, RMSNorm, logit
-# rows, the bindings; the headers count towards the build's hash.
-_SOURCES = sorted((Path(__file__).with_name("csrc")).glob("*.cpp"))
-_HEADERS = sorted((Path(__file__).with_name("csrc")).glob("*.h"))
-_build_lock = threading.Lock()
-_build_error: str | None = None
-
-
-def _tiled_build_dir(tag: str) -> Path:
-    from .models import cache_root  # models imports this module
-    return cache_root() / "kernels" / f"tiled-{tag}"
-
-
-def tiled_source_tag() -> str:
-    """A hash of the kernels' sources: a changed kernel gets its own build and cost curves."""
-    return hashlib.sha1(b"".join(p.read_bytes() for p in _SOURCES + _HEADERS)).hexdigest()[:12]
-
-
-@lru_cache(maxsize=None)
-def tiled_ops() -> Any:
-    """racer's compiled CPU kernels (every racer/csrc/*.cpp in one extension: the tiled linear
-    kernels, step attention, RMSNorm, per-row argmax/top-k), or None where they cannot run: no
-    AVX2/FMA, no C++ compiler, or RACER_TILED=0. Built on first use (about 50 s; progress on
-    stderr) into the racer cache, keyed by the sources, PyTorch and Python versions, and loaded
-    from there afterwards."""
-    global _build_error
-    if os.environ.get("RACER_TILED", "1") == "0":
-        _build_error = "disabled by RACER_TILED=0"
-        return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        _build_error = f"CPU capability {torch.backends.cpu.get_cpu_capability()} has no AVX2"
-        return None
-    with _build_lock:
-        try:
-            from torch.utils import cpp_extension
-
-            tag = hashlib.sha1((tiled_source_tag() + torch.__version__ + sys.version).encode()).hexdigest()[:12]
-            build = _tiled_build_dir(tag)
-            build.mkdir(parents=True, exist_ok=True)
-            # ninja may come from pip (requirements.txt), next to this interpreter, off PATH.
-            here = os.path.dirname(sys.executable)
-            if here not in os.environ.get("PATH", "").split(os.pathsep):
-                os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
-            if not any(build.glob("*.so")):
-                print("racer: building the CPU kernels (once per machine, about 50 s)",
-                      file=sys.stderr, flush=True)
-            ops = cpp_extension.load(
-                name=f"racer_tiled_{tag}", sources=[str(p) for p in _SOURCES], build_directory=str(build),
-                extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
-            # A build that loads but computes wrongly (a miscompiling toolchain) must not be used.
-            x, w = torch.randn(5, 37), torch.randn(11, 37)
-            if not torch.allclose(ops.tiled_linear(x, w, None), x @ w.T, atol=1e-4):
-                _build_error = "the built kernel failed its self-check"
-                return None
-            if ops.cpu_has_bf16():
-                xb, wb = x.bfloat16(), w.bfloat16()
-                want = (xb.float() @ wb.float().T).bfloat16()
-                if not torch.allclose(ops.tiled_linear_bf16(xb, wb, None).float(), want.float(), rtol=1e-2, atol=1e-2):
-                    _build_error = "the built bfloat16 kernel failed its self-check"
-                    return None
-            return ops
-        except Exception as e:  # noqa: BLE001 - any build failure means: use another kernel
-            _build_error = f"{e.__class__.__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-            return None
 
 
 def tiled_available() -> bool:
-    """Whether the tiled kernel runs here (builds it on first call)."""
-    return tiled_ops() is not None and packed_available(torch.float32)
+    """Whether the float32 tiled kernel runs here (builds the kernels on first call); oneDNN
+    takes the prefill rows above TILED_MAX_ROWS."""
+    return extension() is not None and packed_available(torch.float32)
 
 
 def tiled_unavailable_reason() -> str | None:
-    return None if tiled_available() else (_build_error or "oneDNN packed kernel unavailable")
+    return None if tiled_available() else (unavailable_reason() or "oneDNN packed kernel unavailable")
 
 
 def tiled_bf16_available() -> bool:
-    """Whether the bfloat16 tiled kernel runs here: the float32 one builds and the CPU has
-    AVX512-BF16 (and oneDNN runs bf16, for the prefill rows above TILED_MAX_ROWS)."""
-    ops = tiled_ops()
-    return ops is not None and bool(ops.cpu_has_bf16()) and packed_available(torch.bfloat16)
+    """Whether the bfloat16 tiled kernel runs here: the kernels build, the CPU has AVX512-BF16
+    and oneDNN runs bf16 (for the prefill rows above TILED_MAX_ROWS)."""
+    return bf16() and packed_available(torch.bfloat16)
 
 
 def _tiled_runs(dtype: torch.dtype) -> bool:
@@ -190,7 +123,7 @@ def _tiled_runs(dtype: torch.dtype) -> bool:
 
 
 def _tiled_fn(dtype: torch.dtype) -> Any:
-    ops = tiled_ops()
+    ops = extension()
     return ops.tiled_linear if dtype == torch.float32 else ops.tiled_linear_bf16
 
 
@@ -241,7 +174,7 @@ def choose(device: torch.device, dtype: torch.dtype) -> str:
     """The kernel measured fastest for this device and dtype: on CPU in float32 "tiled" where it
     builds, else "packed" where oneDNN runs, else "small-batch"; "stock" elsewhere. In bfloat16
     on a CPU without native bf16 the replacements were measured slower
-    (python -m racer.bench.kernels --dtype bfloat16); with AVX512-BF16 the bf16 tiled kernel
+    (python -m racer.kernelbench.linear_kernels --dtype bfloat16); with AVX512-BF16 the bf16 tiled kernel
     runs where it builds."""
     if device.type != "cpu" or dtype not in _TILED_DTYPES:
         return "stock"

@@ -9,10 +9,10 @@ rows against that one head, with the mask repeated n times along the rows. Same 
 no cache copy. One token without a mask is folded the same way. Measured on the default model
 (9 query / 3 key-value heads), context 1,500:
 a verify forward of T = 2..8 tokens is 1.1-1.2x faster; at context 300 the gain is within
-noise (python -m racer.bench.attention; benchmarks/micro/attention-ctx*.md).
+noise (python -m racer.kernelbench.attention_kernels).
 
 In bfloat16 on a CPU with AVX512-BF16, a step of 1..STEP_MAX_TOKENS query tokens runs racer's
-own kernel instead (racer/csrc/step_attention.cpp): 2.7-4.4x faster per call than the packed
+own kernel instead (csrc/step_attention.cpp): 2.7-4.4x faster per call than the packed
 sdpa call at context 300-1,500, and a query row's result depends only on its query and the keys
 it sees, so a tree node's logits equal those of the one-token forward bit for bit (PyTorch's
 flash kernel rounds differently with the number of rows: bf16 ties). RACER_STEP_ATTENTION=0
@@ -24,18 +24,19 @@ position bias) goes to transformers' own sdpa function unchanged.
 """
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from .build import extension
+from .linear import tiled_bf16_available
+from .switches import ON
+
 NAME = "racer_sdpa"
 # Tokens per step the step kernel takes; a longer prefill goes to PyTorch's flash kernel.
 STEP_MAX_TOKENS = 64
-# Read per call, so benchmarks can compare both paths in one process.
-use_step_kernel = os.environ.get("RACER_STEP_ATTENTION", "1") != "0"
 
 
 def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -70,7 +71,7 @@ def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
                  kwargs: dict[str, Any]) -> torch.Tensor | None:
     """Attention by racer's bf16 step kernel, (B, T, H, D); None where it does not apply."""
     B, H, T, D = query.shape
-    if not (use_step_kernel and query.dtype == key.dtype == value.dtype == torch.bfloat16 and B == 1
+    if not (ON.step_attention and query.dtype == key.dtype == value.dtype == torch.bfloat16 and B == 1
             and 1 <= T <= STEP_MAX_TOKENS and D in (64, 128) and query.device.type == "cpu"
             and key.dim() == 4 and key.shape[1] > 0 and H % key.shape[1] == 0 and key.shape[-1] == D
             and value.shape == key.shape and key.shape[2] >= T
@@ -92,14 +93,13 @@ def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
 
 @lru_cache(maxsize=1)
 def _step_ops() -> Any:
-    from .fastlinear import tiled_bf16_available, tiled_ops
-    return tiled_ops() if tiled_bf16_available() else None
+    return extension() if tiled_bf16_available() else None
 
 
 def step_kernel_available() -> bool:
     """Whether bf16 steps run racer's step-attention kernel here (AVX512-BF16, kernels built, not
     turned off by RACER_STEP_ATTENTION=0)."""
-    return use_step_kernel and _step_ops() is not None
+    return ON.step_attention and _step_ops() is not None
 
 
 class _PerForward:

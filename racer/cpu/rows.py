@@ -1,5 +1,5 @@
-"""Each row's argmax and top-k of a step's logits: racer's kernel (racer/csrc/logit_rows.cpp) on a
-CPU where it is built, PyTorch elsewhere.
+"""Each row's argmax and top-k of a step's logits: racer's kernel (csrc/logit_rows.cpp) on a CPU
+where it is built (and RACER_ROW_KERNEL is not 0), PyTorch elsewhere.
 
 After every verify forward the loop needs each node's argmax and, for the copy-logit drafters, its
 top-k ids and probabilities. For 5 bf16 rows of a 49,152-token vocabulary PyTorch took 0.55 ms
@@ -13,18 +13,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from .fastlinear import tiled_ops
-
-
-# racer's compiled kernels (built and cached by fastlinear), or None where they cannot run.
-_ops = tiled_ops
+from .build import extension
+from .switches import ON
 
 
 def _native(logits: torch.Tensor) -> Any:
-    if logits.device.type == "cpu" and logits.dim() == 2 and logits.dtype in (torch.float32, torch.bfloat16) \
-            and logits.shape[-1] > 0:
-        return _ops()
+    if ON.rows and logits.device.type == "cpu" and logits.dim() == 2 \
+            and logits.dtype in (torch.float32, torch.bfloat16) and logits.shape[-1] > 0:
+        return extension()
     return None
+
+
+def kernel_available() -> bool:
+    """Whether CPU rows run racer's kernel here."""
+    return ON.rows and extension() is not None
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-// The Python module of racer's CPU kernels (racer/fastlinear.py builds it from every file here).
+// The Python module of racer's CPU kernels (racer/cpu/build.py builds it from every file here).
 #include <torch/extension.h>
 
 namespace racer {

@@ -1,4 +1,4 @@
-"""racer.attention's tree attention computes what transformers' sdpa and eager paths compute."""
+"""racer.cpu.attention's tree attention computes what transformers' sdpa and eager paths compute."""
 from __future__ import annotations
 
 import random
@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-import racer.attention as attention
+from racer.cpu import attention
 from racer.verify import forward_tree
 from tests.test_loop_tiny import rand_prompt, random_tree
-from tests.tiny import tiny_lm
+from racer.tiny import tiny_lm
 
 
 def tree_logits(attn: str, heads: int, kv_heads: int, size: int) -> torch.Tensor:

@@ -5,7 +5,7 @@
 // every tile keeps 12 independent AVX2 accumulators, enough to hide FMA latency on both pipes
 // whatever the number of rows (with 3-row weight tiles a 5-7-token tree ran its last rows on
 // 3-9 accumulators and cost as much as 8 tokens). oneDNN and MKL spend tens of microseconds per
-// call on shapes this small; measured in racer/fastlinear.py's docstring.
+// call on shapes this small; measured in racer/cpu/linear.py's docstring.
 //
 // Every output y[m, n] is summed by the same operations in the same order whatever the tile
 // shape, the number of rows and where row m falls, so a token's result does not depend on how
@@ -92,7 +92,7 @@ inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float
 // Streaming W from memory and multiplying it did not overlap on their own: a 4-token forward's
 // linear layers took about the single-token time plus the in-cache compute time. So the first
 // pass over the block prefetches the next block (the following 12 rows, contiguous in W) into
-// L2, and memory time hides behind compute: measured in racer/fastlinear.py's docstring.
+// L2, and memory time hides behind compute: measured in racer/cpu/linear.py's docstring.
 inline void block12(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N,
                     bool prefetch_next) {
   const float* next = prefetch_next ? w + 12 * K : nullptr;
@@ -166,7 +166,7 @@ torch::Tensor tiled_linear(const torch::Tensor& x, const torch::Tensor& weight, 
 // faster at T = 5-12 than 4-row passes, context 300, interleaved A/B, throwaway script). oneDNN's bf16 inner product spends about three times
 // the weight-streaming time at one row (SmolLM2-135M, 2-core EPYC); this runs near it. Compiled
 // for AVX512-BF16 whatever the build machine's flags; tiled_linear_bf16 refuses to run on a CPU
-// without it (racer/fastlinear.py checks before routing a layer here). Sums are float32, the
+// without it (racer/cpu/linear.py checks before routing a layer here). Sums are float32, the
 // output is rounded once to bf16 (nearest even), and every y[m, n] is summed in the same order
 // whatever the number of rows: batch-invariant like the float32 kernel.
 #pragma GCC push_options

@@ -1,4 +1,4 @@
-"""racer's decoder-layer forward (racer.fastlayer): bit-identical to the module path it replaces, for
+"""racer's decoder-layer forward (racer.cpu.layers): bit-identical to the module path it replaces, for
 one token, chains and trees, over both cache classes, in float32 and bfloat16, for Llama, Qwen2 and
 Mistral layers; it leaves the module path whenever it cannot reproduce it."""
 from __future__ import annotations
@@ -10,12 +10,13 @@ import torch
 from transformers import DynamicCache, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from racer import attention, fastlayer, fastlinear, fastnorm
-from racer.fastlinear import tiled_available, tiled_bf16_available, tiled_ops
+from racer.cpu import ON, attention, layers, linear, norm
+from racer.cpu.build import extension
+from racer.cpu.linear import tiled_available, tiled_bf16_available
 from racer.kvcache import new_cache
 from racer.verify import forward_tree
 from tests.test_loop_tiny import random_tree
-from tests.tiny import tiny_lm
+from racer.tiny import tiny_lm
 
 pytestmark = pytest.mark.skipif(not tiled_available(), reason="racer's CPU kernels do not build here")
 
@@ -25,18 +26,18 @@ DTYPES = [torch.float32] + ([torch.bfloat16] if tiled_bf16_available() else [])
 @pytest.fixture
 def fast_on():
     yield
-    fastlayer.enabled = True
+    ON.fast_layer = True
 
 
 def both_paths(lm, run):
     """run() with the fast layer forward and with the module path."""
-    fastlayer.enabled = True
+    ON.fast_layer = True
     fast = run()
-    fastlayer.enabled = False
+    ON.fast_layer = False
     try:
         slow = run()
     finally:
-        fastlayer.enabled = True
+        ON.fast_layer = True
     return fast, slow
 
 
@@ -67,7 +68,7 @@ def force_fast(lm):
 @pytest.mark.parametrize("size", [1, 2, 5, 8, 13, 64])
 def test_tree_and_chain_logits_equal_module_path(dtype, size, fast_on):
     lm = tiny_lm(dtype=dtype, layers=3, head_dim=64 if dtype == torch.bfloat16 else None)
-    assert fastlayer.count(lm.model) == 3
+    assert layers.count(lm.model) == 3
     rng = random.Random(size)
     prompt = [rng.randrange(lm.vocab_size) for _ in range(40)]
     tree = random_tree(rng, 7, size, lm.vocab_size)
@@ -88,11 +89,11 @@ def test_fast_forward_runs_for_steps_and_not_for_prefill_or_autograd(dtype, fast
     cache = new_cache(model)
     with torch.inference_mode():
         with pytest.raises(AssertionError, match="module path"):  # 65 rows: prefill is the module's
-            model(input_ids=torch.arange(fastlinear.TILED_MAX_ROWS + 1)[None] % lm.vocab_size, cache=cache)
+            model(input_ids=torch.arange(linear.TILED_MAX_ROWS + 1)[None] % lm.vocab_size, cache=cache)
         model(input_ids=torch.tensor([[1, 2, 3]]), cache=cache)  # a step: the fast forward
     with torch.enable_grad(), pytest.raises(AssertionError, match="module path"):
         model(input_ids=torch.tensor([[1, 2, 3]]))
-    fastlayer.enabled = False
+    ON.fast_layer = False
     with torch.inference_mode(), pytest.raises(AssertionError, match="module path"):
         model(input_ids=torch.tensor([[1]]))
 
@@ -109,10 +110,10 @@ def test_hooks_and_other_kernels_take_the_module_path(fast_on):
     finally:
         handle.remove()
     force_fast(lm)
-    fastlinear.use_kernel(model, "packed")
+    linear.use_kernel(model, "packed")
     with torch.inference_mode(), pytest.raises(AssertionError, match="module path"):
         model(input_ids=torch.tensor([[1, 2]]))
-    fastlinear.use_kernel(model, "tiled")
+    linear.use_kernel(model, "tiled")
     with torch.inference_mode():
         model(input_ids=torch.tensor([[1, 2]]))
 
@@ -121,9 +122,9 @@ def test_fused_weights_are_views_and_the_state_dict_is_unchanged():
     torch.manual_seed(0)
     lm = tiny_lm(layers=2, kernel="stock")
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
-    fastlinear.use_kernel(lm.model, "tiled")
-    fastnorm.use_fast_norm(lm.model)
-    assert fastlayer.use_fast_layers(lm.model) == 2
+    linear.use_kernel(lm.model, "tiled")
+    norm.use_fast_norm(lm.model)
+    assert layers.use_fast_layers(lm.model) == 2
     after = lm.model.state_dict()
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -147,7 +148,7 @@ def test_a_dtype_move_leaves_the_stale_fused_weights_alone(fast_on):
     lm.model.float()  # replaces every parameter's data: the fused bf16 tensors are stale now
     lm.dtype = torch.float32
     layer = lm.model.model.layers[0]
-    assert not fastlayer._runs(layer._racer_plan, torch.zeros(1, 1, 64), layer)
+    assert not layers._runs(layer._racer_plan, torch.zeros(1, 1, 64), layer)
     prompt = list(range(12))
     tree = random_tree(random.Random(2), 4, 5, lm.vocab_size)
     fast, slow = both_paths(lm, lambda: tree_logits(lm, prompt, tree))
@@ -164,8 +165,8 @@ def _family(cls_cfg, cls_model, dtype, **extra):
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_()
-    fastlinear.use_kernel(model, "tiled")
-    fastnorm.use_fast_norm(model)
+    linear.use_kernel(model, "tiled")
+    norm.use_fast_norm(model)
     return model
 
 
@@ -174,7 +175,7 @@ def _family(cls_cfg, cls_model, dtype, **extra):
 def test_qwen2_and_mistral_layers(family, dtype, fast_on):
     model = _family(Qwen2Config, Qwen2ForCausalLM, dtype) if family == "qwen2" else \
         _family(MistralConfig, MistralForCausalLM, dtype, head_dim=16)
-    assert fastlayer.use_fast_layers(model) == 2
+    assert layers.use_fast_layers(model) == 2
     if family == "qwen2":
         assert model.model.layers[0].self_attn.q_proj.bias is not None
 
@@ -189,14 +190,14 @@ def test_qwen2_and_mistral_layers(family, dtype, fast_on):
     fast = tree_logits(lm, prompt, tree)  # 30-token prefill and the tree: all on the fast forward
     for layer in model.model.layers:
         del layer.__dict__["_racer_base"]
-    fastlayer.enabled = False
+    ON.fast_layer = False
     slow = tree_logits(lm, prompt, tree)
     assert torch.equal(fast, slow)
 
 
 def test_layers_it_cannot_reproduce_keep_their_forward():
     lm = tiny_lm(layers=2, kernel="stock")
-    assert fastlayer.use_fast_layers(lm.model) == 0  # stock linears and norms: nothing to call directly
+    assert layers.use_fast_layers(lm.model) == 0  # stock linears and norms: nothing to call directly
     assert type(lm.model.model.layers[0]).__name__ == "LlamaDecoderLayer"
 
 
@@ -213,14 +214,14 @@ def test_rope_kernel_equals_transformers_rotary(dtype):
     k = qkv[..., H * D:(H + G) * D]
     want_q, want_k = apply_rotary_pos_emb(q.reshape(B, T, H, D).transpose(1, 2), k.reshape(B, T, G, D).transpose(1, 2),
                                           cos, sin)
-    ops = tiled_ops()
+    ops = extension()
     got_q = ops.rope_rows(q, cos, sin).view(B, T, H, D).transpose(1, 2)  # strided rows: a slice of q|k|v
     got_k = ops.rope_rows(k.contiguous(), cos, sin).view(B, T, G, D).transpose(1, 2)
     assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
 
 
 def test_rope_kernel_rejects_bad_input():
-    ops = tiled_ops()
+    ops = extension()
     x, c = torch.zeros(1, 2, 128), torch.zeros(1, 2, 64)
     with pytest.raises(RuntimeError, match="whole heads"):
         ops.rope_rows(torch.zeros(1, 2, 100), c, c)

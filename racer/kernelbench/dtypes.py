@@ -1,6 +1,6 @@
 """Verify-forward time against tree size in float32 and bfloat16, interleaved in one run:
 
-    python -m racer.bench.dtypes [--context 300] [--repeats 9] [--sizes 1,8,16,32,64]
+    python -m racer.kernelbench.dtypes [--context 300] [--repeats 9] [--sizes 1,8,16,32,64]
 
 Prints a markdown table of median ms and the float32/bfloat16 ratio (>1: bfloat16 faster).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..models import load_model
-from .forwardtimes import parse_args, print_table, time_forwards
+from .timing import parse_args, print_table, time_forwards
 
 
 def main() -> None:

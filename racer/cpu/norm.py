@@ -1,4 +1,4 @@
-"""RMSNorm by racer's kernel (racer/csrc/rms_norm.cpp) for the Llama-family modules that compute
+"""RMSNorm by racer's kernel (csrc/rms_norm.cpp) for the Llama-family modules that compute
 w * to_dtype(x * rsqrt(mean(x^2) + eps)).
 
 A one-token forward of the default model runs 61 of them; PyTorch's eight ops took about 18 us
@@ -11,14 +11,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .fastlinear import tiled_ops
+from .build import extension
+from .switches import ON
 
 # Classes whose forward is exactly the formula above (transformers 5; Gemma's 1 + w differs).
 FORMULA_CLASSES = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"})
-
-
-# racer's compiled kernels (built and cached by fastlinear), or None where they cannot run.
-_ops = tiled_ops
 
 
 class FastRMSNorm(nn.Module):
@@ -28,7 +25,7 @@ class FastRMSNorm(nn.Module):
     variance_epsilon: float
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        ops = _ops()
+        ops = extension() if ON.norm else None
         if (ops is not None and hidden_states.device.type == "cpu" and hidden_states.dtype in (torch.float32, torch.bfloat16)
                 and self.weight.dtype == hidden_states.dtype and not torch.is_grad_enabled()):
             return ops.rms_norm(hidden_states, self.weight, float(self.variance_epsilon))
@@ -39,9 +36,9 @@ class FastRMSNorm(nn.Module):
 
 
 def use_fast_norm(model: nn.Module) -> int:
-    """Swap every RMSNorm of FORMULA_CLASSES in `model` to FastRMSNorm where the kernel is built;
-    returns how many."""
-    if _ops() is None:
+    """Swap every RMSNorm of FORMULA_CLASSES in `model` to FastRMSNorm where the kernel is built
+    and RACER_NORM_KERNEL is not 0; returns how many."""
+    if not ON.norm or extension() is None:
         return 0
     n = 0
     for module in model.modules():

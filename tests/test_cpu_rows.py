@@ -1,13 +1,14 @@
-"""racer.logitrows: the loop's per-row argmax and top-k, by racer's kernel where built, agree
+"""racer.cpu.rows: the loop's per-row argmax and top-k, by racer's kernel where built, agree
 with PyTorch's definitions."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from racer import logitrows
+from racer.cpu.rows import argmax, top_k
+from racer.cpu.build import extension
 
-native = pytest.mark.skipif(logitrows._ops() is None, reason="racer's kernels are not built here (no AVX2 or compiler)")
+native = pytest.mark.skipif(extension() is None, reason="racer's kernels are not built here (no AVX2 or compiler)")
 DTYPES = [torch.float32, torch.bfloat16]
 
 
@@ -26,7 +27,7 @@ def logits_with_ties(rows: int, vocab: int, dtype: torch.dtype, seed: int) -> to
 @pytest.mark.parametrize("vocab", [1, 7, 8, 49_152, 50_001])
 def test_argmax_is_torch_argmax(dtype, vocab):
     x = logits_with_ties(6, vocab, dtype, vocab) if vocab > 10 else torch.randn(6, vocab).to(dtype)
-    assert torch.equal(logitrows.argmax(x), x.argmax(dim=-1))
+    assert torch.equal(argmax(x), x.argmax(dim=-1))
 
 
 @native
@@ -34,7 +35,7 @@ def test_argmax_is_torch_argmax(dtype, vocab):
 @pytest.mark.parametrize("k", [1, 4, 10])
 def test_top_k_ids_and_probabilities(dtype, k):
     x = logits_with_ties(5, 50_001, dtype, k)
-    ids, p = logitrows.top_k(x, k, True)
+    ids, p = top_k(x, k, True)
     assert ids.shape == p.shape == (5, k)
     xf = x.float()
     values, _ = xf.topk(k, dim=-1)
@@ -45,29 +46,29 @@ def test_top_k_ids_and_probabilities(dtype, k):
             assert got[r, j] > got[r, j + 1] or ids[r, j] < ids[r, j + 1]
     want = (values - xf.logsumexp(dim=-1, keepdim=True)).exp()
     assert torch.allclose(torch.from_numpy(p), want, rtol=1e-5, atol=1e-7)
-    ids2, none = logitrows.top_k(x, k, False)
+    ids2, none = top_k(x, k, False)
     assert none is None and (ids2 == ids).all()
 
 
 @native
 def test_many_rows_and_a_vocabulary_of_k():
     x = torch.randn(300, 12)
-    ids, p = logitrows.top_k(x, 12, True)
+    ids, p = top_k(x, 12, True)
     assert (torch.from_numpy(ids).sort(dim=-1).values == torch.arange(12)).all()
     assert torch.allclose(torch.from_numpy(p).sum(-1), torch.ones(300), atol=1e-5)
-    assert torch.equal(logitrows.argmax(x), x.argmax(-1))
+    assert torch.equal(argmax(x), x.argmax(-1))
 
 
 def test_other_dtypes_fall_back_to_torch():
     x = torch.randn(3, 40).half()
-    assert torch.equal(logitrows.argmax(x), x.argmax(-1))
-    ids, p = logitrows.top_k(x, 3, True)
+    assert torch.equal(argmax(x), x.argmax(-1))
+    ids, p = top_k(x, 3, True)
     assert (ids == x.topk(3, dim=-1).indices.numpy()).all() and p.shape == (3, 3)
 
 
 @native
 def test_kernel_rejects_what_it_cannot_compute():
-    ops = logitrows._ops()
+    ops = extension()
     with pytest.raises(RuntimeError, match="float32 or bfloat16"):
         ops.argmax_rows(torch.zeros(2, 3, dtype=torch.float16))
     with pytest.raises(RuntimeError, match="k must be"):

@@ -1,4 +1,4 @@
-"""racer.fastnorm: the RMSNorm kernel computes what the Llama-family module computes."""
+"""racer.cpu.norm: the RMSNorm kernel computes what the Llama-family module computes."""
 from __future__ import annotations
 
 import pytest
@@ -6,10 +6,11 @@ import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from racer import fastnorm
-from tests.tiny import tiny_lm
+from racer.cpu import norm
+from racer.cpu.build import extension
+from racer.tiny import tiny_lm
 
-native = pytest.mark.skipif(fastnorm._ops() is None, reason="racer's kernels are not built here (no AVX2 or compiler)")
+native = pytest.mark.skipif(extension() is None, reason="racer's kernels are not built here (no AVX2 or compiler)")
 
 
 def pair(dtype: torch.dtype, hidden: int = 576) -> tuple[nn.Module, nn.Module]:
@@ -19,7 +20,7 @@ def pair(dtype: torch.dtype, hidden: int = 576) -> tuple[nn.Module, nn.Module]:
     fast = LlamaRMSNorm(hidden, eps=1e-5).to(dtype)
     fast.load_state_dict(ref.state_dict())
     holder = nn.Sequential(fast)
-    assert fastnorm.use_fast_norm(holder) == 1 and type(holder[0]) is fastnorm.FastRMSNorm
+    assert norm.use_fast_norm(holder) == 1 and type(holder[0]) is norm.FastRMSNorm
     return ref, holder[0]
 
 
@@ -53,7 +54,7 @@ def test_matches_and_rows_do_not_depend_on_the_batch(dtype, rows):
 
 
 def test_autograd_and_other_dtypes_run_the_formula():
-    ref, fast = pair(torch.float32) if fastnorm._ops() is not None else (None, None)
+    ref, fast = pair(torch.float32) if extension() is not None else (None, None)
     if ref is None:
         pytest.skip("kernel not built")
     x = torch.randn(3, 576, requires_grad=True)
@@ -68,7 +69,7 @@ def test_autograd_and_other_dtypes_run_the_formula():
 def test_models_get_it_and_only_for_known_formulas():
     lm = tiny_lm()
     norms = [m for m in lm.model.modules() if "RMSNorm" in type(m).__name__]
-    assert norms and all(type(m) is fastnorm.FastRMSNorm for m in norms)
+    assert norms and all(type(m) is norm.FastRMSNorm for m in norms)
     assert all(type(m).__name__ == "LlamaRMSNorm" for m in tiny_lm(kernel="stock").model.modules()
                if "RMSNorm" in type(m).__name__)
 
@@ -77,4 +78,4 @@ def test_models_get_it_and_only_for_known_formulas():
             super().__init__()
             self.weight = nn.Parameter(torch.zeros(8))
             self.variance_epsilon = 1e-6
-    assert fastnorm.use_fast_norm(nn.Sequential(GemmaLike())) == 0
+    assert norm.use_fast_norm(nn.Sequential(GemmaLike())) == 0

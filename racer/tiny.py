@@ -1,11 +1,12 @@
-"""A tiny randomly initialised Llama for fast tests (no downloads)."""
+"""Tiny randomly initialised models for fast tests, the figure gallery and dry runs: built offline
+from a transformers config, with racer's CPU kernels installed as `load_model` installs them."""
 from __future__ import annotations
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from racer import attention, fastlayer, fastlinear, fastnorm
-from racer.models import LoadedModel
+from . import cpu
+from .models import LoadedModel
 
 
 class TinyTokenizer:
@@ -30,17 +31,13 @@ def tiny_lm(vocab: int = 96, seed: int = 0, layers: int = 2, eos: int | None = N
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_context,
                       tie_word_embeddings=False, **({"head_dim": head_dim} if head_dim else {}))
-    # As load_model does: "sdpa" runs as racer.attention's GQA-packing variant.
-    cfg._attn_implementation = attention.register() if attn == "sdpa" else attn
+    cfg._attn_implementation = cpu.attention_implementation(attn)
     model = LlamaForCausalLM(cfg).to(dtype).eval()
     # Sharpen the output so greedy paths are stable and repeated text is likely (drafts get accepted).
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
-    # As load_model does, so every tiny test runs the kernel shipped for this device and dtype.
-    fastlinear.use_kernel(model, fastlinear.choose(torch.device("cpu"), dtype) if kernel == "auto" else kernel)
-    if kernel != "stock":
-        fastnorm.use_fast_norm(model)
-        fastlayer.use_fast_layers(model)
+    # As load_model does, so every tiny test runs the kernels shipped for this device and dtype.
+    notes = cpu.install(model, torch.device("cpu"), dtype, kernel)
     eos_ids = frozenset() if eos is None else frozenset({eos})
     return LoadedModel(model, TinyTokenizer(vocab), "tiny", "tiny-llama", torch.device("cpu"), dtype, eos_ids,
-                       max_context, vocab, 0.0, "test")
+                       max_context, vocab, 0.0, "test", notes)

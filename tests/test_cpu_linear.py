@@ -8,12 +8,13 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from racer.fastlinear import (KERNELS, MAX_ROWS, TILED_MAX_ROWS, PackedLinear, SmallBatchLinear,
+from racer.cpu.build import extension
+from racer.cpu.linear import (KERNELS, MAX_ROWS, TILED_MAX_ROWS, PackedLinear, SmallBatchLinear,
                               TiledLinear, choose, kernel_of, packed_available, tiled_available,
-                              tiled_bf16_available, tiled_ops, use_kernel)
+                              tiled_bf16_available, use_kernel)
 from racer.verify import forward_tree
 from tests.test_loop_tiny import rand_prompt, random_tree
-from tests.tiny import tiny_lm
+from racer.tiny import tiny_lm
 
 FAST = [k for k in KERNELS if k != "stock" and (k != "packed" or packed_available(torch.float32))
         and (k != "tiled" or tiled_available())]
@@ -119,7 +120,7 @@ def test_chosen_only_where_measured_faster():
 def test_tiled_matches_linear_on_odd_shapes(k_in, n_out):
     # Widths that are not multiples of the 8-float vector or of the 3-row weight tile take the
     # kernel's tail paths.
-    ops = tiled_ops()
+    ops = extension()
     torch.manual_seed(k_in * 1000 + n_out)
     w, b = torch.randn(n_out, k_in), torch.randn(n_out)
     for rows in range(1, TILED_MAX_ROWS + 1):
@@ -133,7 +134,7 @@ def test_tiled_matches_linear_on_odd_shapes(k_in, n_out):
 def test_tiled_rows_do_not_depend_on_the_batch():
     # A row's result is bit-identical whether it is computed alone or among 2..TILED_MAX_ROWS rows, at any
     # position: the per-output summation order is fixed.
-    ops = tiled_ops()
+    ops = extension()
     torch.manual_seed(7)
     w = torch.randn(97, 200)
     x = torch.randn(TILED_MAX_ROWS, 200)
@@ -145,7 +146,7 @@ def test_tiled_rows_do_not_depend_on_the_batch():
 
 @needs_tiled
 def test_tiled_rejects_what_it_cannot_compute():
-    ops = tiled_ops()
+    ops = extension()
     with pytest.raises(RuntimeError, match="float32"):
         ops.tiled_linear(torch.ones(2, 4, dtype=torch.float64), torch.ones(3, 4, dtype=torch.float64), None)
     with pytest.raises(RuntimeError, match="last dimension"):
@@ -163,17 +164,17 @@ def test_tiled_hands_large_products_to_onednn():
     ref.load_state_dict(wide.state_dict())
     use_kernel(wide, "tiled")
     calls = []
-    real = tiled_ops().tiled_linear
+    real = extension().tiled_linear
 
     class Spy:
         def tiled_linear(self, *a):
             calls.append(a[0].shape)
             return real(*a)
-    import racer.fastlinear as fl
-    saved = fl.tiled_ops
+    import racer.cpu.linear as fl
+    saved = fl.extension
     narrow = nn.Linear(16, 8)
     use_kernel(narrow, "tiled")
-    fl.tiled_ops = lambda: Spy()
+    fl.extension = lambda: Spy()
     try:
         with torch.inference_mode():
             narrow(torch.randn(TILED_MAX_ROWS + 1, 16))
@@ -188,7 +189,7 @@ def test_tiled_hands_large_products_to_onednn():
             assert torch.allclose(wide(xs), ref(xs), atol=1e-5)
             assert len(calls) == n
     finally:
-        fl.tiled_ops = saved
+        fl.extension = saved
 
 
 def bf16_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -202,7 +203,7 @@ def bf16_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> 
 def test_tiled_bf16_matches_the_exact_product(k_in, n_out):
     # Widths off the 32-element vector and the 12/3-row weight blocks take the tail paths. The
     # kernel sums in float32 and rounds once: within a bf16 rounding of the exact result.
-    ops = tiled_ops()
+    ops = extension()
     torch.manual_seed(k_in * 1000 + n_out)
     w, b = torch.randn(n_out, k_in).bfloat16(), torch.randn(n_out).bfloat16()
     # Every tile shape (1..8 rows a pass, then 8-row passes and a tail), then a sample above.
@@ -217,7 +218,7 @@ def test_tiled_bf16_matches_the_exact_product(k_in, n_out):
 
 @needs_tiled_bf16
 def test_tiled_bf16_rows_do_not_depend_on_the_batch():
-    ops = tiled_ops()
+    ops = extension()
     torch.manual_seed(1)
     x, w = torch.randn(TILED_MAX_ROWS, 576).bfloat16(), torch.randn(200, 576).bfloat16()
     alone = torch.cat([ops.tiled_linear_bf16(x[i:i + 1], w, None) for i in range(TILED_MAX_ROWS)])
@@ -238,4 +239,4 @@ def test_tiled_bf16_layer_matches_nn_linear_and_refuses_float32():
             x = torch.randn(2, rows, 96).bfloat16()
             assert torch.allclose(fast(x).float(), ref(x).float(), atol=3e-2, rtol=2e-2)
     with pytest.raises(RuntimeError, match="bfloat16"):
-        tiled_ops().tiled_linear_bf16(torch.ones(2, 4), torch.ones(3, 4), None)
+        extension().tiled_linear_bf16(torch.ones(2, 4), torch.ones(3, 4), None)
