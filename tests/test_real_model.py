@@ -93,8 +93,8 @@ def test_cli_json(real_lm):
 @pytest.fixture(scope="module")
 def real_lm_bf16():
     from racer import load_model
-    from racer.attention import _step_ops
-    if _step_ops() is None:
+    from racer.cpu.attention import step_kernel_available
+    if not step_kernel_available():
         pytest.skip("bf16 decoding is exact only with the step-attention kernel (AVX512-BF16)")
     return load_model("default", device="cpu", dtype="bfloat16")
 
