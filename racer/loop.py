@@ -10,6 +10,7 @@ the pending root (the token the last forward fixed) is not in it yet.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -44,6 +45,32 @@ class DecodeConfig:
     #: Ask drafters for picture data (automaton snapshots, rows used) in every step record.
     detail: bool = False
 
+    def __post_init__(self) -> None:
+        # Checked here, so the library and CLI refuse what the app would (a top-p of 0 used to
+        # reach torch.multinomial; a negative temperature passed as greedy).
+        def whole(name: str, v: Any, lo: int) -> None:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise ValueError(f"{name} must be a whole number >= {lo}, not {v!r}")
+
+        def real(name: str, v: Any) -> float:
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, not {v!r}")
+            return float(v)
+
+        whole("max_new_tokens", self.max_new_tokens, 1)
+        if self.capacity != "auto":
+            if isinstance(self.capacity, bool) or not isinstance(self.capacity, (int, np.integer)) or self.capacity < 1:
+                raise ValueError(f"capacity must be 'auto' or a whole number >= 1, not {self.capacity!r}")
+        if real("temperature", self.temperature) < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), not {self.temperature!r}")
+        if not 0 < real("top_p", self.top_p) <= 1:
+            raise ValueError(f"top_p must be in (0, 1], not {self.top_p!r}")
+        whole("top_k", self.top_k, 0)
+        if self.seed is not None:
+            whole("seed", self.seed, 0)
+        if self.time_limit_s is not None and not real("time_limit_s", self.time_limit_s) > 0:
+            raise ValueError(f"time_limit_s must be > 0 seconds or None, not {self.time_limit_s!r}")
+
     @property
     def sampling(self) -> Sampling:
         return Sampling(self.temperature, self.top_p, self.top_k, self.seed)
@@ -66,16 +93,8 @@ class DecodeRun:
             raise ValueError("empty input: nothing to decode from")
         if len(self.input_ids) >= lm.max_context:
             raise ValueError(f"the prompt has {len(self.input_ids)} tokens; this model's context is {lm.max_context}")
-        if self.cfg.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
-        cap = self.cfg.capacity
-        if cap == "auto":
-            # A session passes its own sizer so acceptance learned in one turn serves the next.
-            self.sizer = sizer or Sizer(get_cost_curve(lm))
-        elif isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
-            self.sizer = None
-        else:
-            raise ValueError(f"capacity must be 'auto' or a whole number >= 1, not {cap!r}")
+        # A session passes its own sizer so acceptance learned in one turn serves the next.
+        self.sizer = (sizer or Sizer(get_cost_curve(lm))) if self.cfg.capacity == "auto" else None
 
     def _sync(self) -> None:
         if self.lm.device.type == "cuda":
@@ -125,6 +144,7 @@ class DecodeRun:
 
         out: list[int] = []
         accept_lengths: list[int] = []
+        forwards = 1                     # verification forwards: the prefill fixed the first root
         totals: dict[str, float] = {}
         eos = lm.eos_ids
         stop_reason = "max_new_tokens"
@@ -146,9 +166,13 @@ class DecodeRun:
             elif past + 1 >= lm.max_context:
                 final = "context_limit"
             if final:
-                # The pending root is already fixed: commit it without another forward.
-                rec = StepRecord(index, root, DraftTree.root_only(root), [0], [root], None, past,
-                                 {"draft_ms": 0.0, "forward_ms": 0.0}, forwarded=False)
+                # The pending root is already fixed: commit it without another forward, and let
+                # the drafter see it like any committed token (a chat's next turn follows it).
+                only = DraftTree.root_only(root)
+                context.append(root)
+                extra = drafter.observe(Verified(only, None, [0], [root], -1, context, None))
+                rec = StepRecord(index, root, only, [0], [root], None, past,
+                                 {"draft_ms": 0.0, "forward_ms": 0.0}, forwarded=False, info=dict(extra or {}))
                 out.append(root)
                 accept_lengths.append(1)
                 stop_reason = final
@@ -167,28 +191,25 @@ class DecodeRun:
             logits = forward_tree(model, cache, tree, past, device, lm.dtype)
             self._sync()
             t2 = time.perf_counter()
+            forwards += 1
             path, next_root = accept(tree, logits)
             node_topk, node_p = top_k(logits, K, want_p) if K else (None, None)
             t3 = time.perf_counter()
-            keep_path(cache, past, path, len(tree))
+            # Commit limits, before anything is kept: stop at an end-of-sequence token or at
+            # exactly max_new_tokens. What lies past the cut was never output, so neither the
+            # cache nor the drafter may keep it.
+            cut, limit_reason = commit_limit([tree.tokens[i] for i in path], eos, budget)
+            done = limit_reason is not None
+            if done:
+                stop_reason = limit_reason
+            accepted = path[:cut]
+            keep_path(cache, past, accepted, len(tree))
             self._sync()
             t4 = time.perf_counter()
-            committed = [tree.tokens[i] for i in path]
+            committed = [tree.tokens[i] for i in accepted]
             context.extend(committed)
-            extra = drafter.observe(Verified(tree, node_topk, path, committed, next_root, context, node_p))
+            extra = drafter.observe(Verified(tree, node_topk, accepted, committed, next_root, context, node_p))
             t5 = time.perf_counter()
-
-            # Commit limits: stop at an end-of-sequence token or at exactly max_new_tokens.
-            cut = len(committed)
-            for j, tok in enumerate(committed):
-                if tok in eos:
-                    cut = j + 1
-                    stop_reason = "eos"
-                    break
-            if cut > budget:
-                cut, stop_reason = budget, "max_new_tokens"
-            done = cut < len(committed) or stop_reason == "eos" or cut == budget
-            committed = committed[:cut]
             timings = {"draft_ms": (ta - t0) * 1e3, "forward_ms": (t2 - t1) * 1e3, "verify_ms": (t3 - t2) * 1e3,
                        "cache_ms": (t4 - t3) * 1e3, "update_ms": (t5 - t4) * 1e3}
             if self.sizer is not None:
@@ -199,7 +220,8 @@ class DecodeRun:
             info = dict(tree.info)
             if extra:
                 info.update(extra)
-            rec = StepRecord(index, root, tree, path, committed, None if done else next_root, past, timings, True, info)
+            rec = StepRecord(index, root, tree, accepted, committed, None if done else next_root, past, timings, True,
+                             info)
             out.extend(committed)
             accept_lengths.append(len(committed))
             index += 1
@@ -212,7 +234,18 @@ class DecodeRun:
         wall = time.perf_counter() - t_start
         text = lm.tokenizer.decode(out, skip_special_tokens=True)
         self.result = DecodeResult(getattr(drafter, "name", "?"), len(self.input_ids), out, text, len(accept_lengths),
-                                   wall, prefill_ms, stop_reason, accept_lengths, totals)
+                                   wall, prefill_ms, stop_reason, accept_lengths, totals, forwards)
+
+
+def commit_limit(committed: list[int], eos: frozenset[int], budget: int) -> tuple[int, str | None]:
+    """How many of a step's `committed` tokens the run may output, and why it ends there (None:
+    it goes on): up to and including the first end-of-sequence token, at most `budget`."""
+    for j, tok in enumerate(committed[:budget]):
+        if tok in eos:
+            return j + 1, "eos"
+    if len(committed) >= budget:
+        return budget, "max_new_tokens"
+    return len(committed), None
 
 
 def last_occurrences(context: list[int], new_from: int) -> list[int]:

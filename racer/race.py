@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping
 from .drafters.base import Drafter
 from .loop import DecodeConfig, DecodeRun
 from .models import LoadedModel
-from .records import DecodeResult, StepRecord
+from .records import DecodeResult, StepRecord, mean_accepted
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Lane:
     prefill_s: float = 0.0
     tokens: list[int] = field(default_factory=list)
     steps: int = 0                      # step records (each commits >= 1 token)
-    forwards: int = 0                   # verification forwards
+    forwards: int = 0                   # verification forwards, the prefill's included
     points: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])
     started: bool = False
     done: bool = False
@@ -54,8 +54,7 @@ class Lane:
 
     @property
     def mat(self) -> float:
-        """Mean tokens committed per step (= per verification forward, plus a final commit)."""
-        return self.n_tokens / self.steps if self.steps else 0.0
+        return mean_accepted(self.n_tokens, self.forwards)
 
     @property
     def tokens_per_s(self) -> float:
@@ -140,6 +139,7 @@ class Race:
                 if it is None:
                     it = iters[lane.method] = iter(lane.run)
                     lane.started = True
+                    lane.forwards = 1          # its first next() runs the prefill
                 t = time.perf_counter()
                 try:
                     rec = next(it)

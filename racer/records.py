@@ -49,6 +49,14 @@ class StepRecord:
                    d.get("forwarded", True), dict(d.get("info") or {}))
 
 
+def mean_accepted(tokens: int, forwards: int) -> float:
+    """MAT, mean accepted tokens: generated tokens per verification forward, the prefill's forward
+    counted (it fixes the first token; every later forward fixes its accepted drafts and the next
+    token). Plain decoding is exactly 1.0 however a run ends. The one definition the loop, the
+    race, the benchmark and the app use."""
+    return tokens / forwards if forwards > 0 else 0.0
+
+
 @dataclass
 class DecodeResult:
     method: str
@@ -61,6 +69,8 @@ class DecodeResult:
     stop_reason: str                    # "eos", "max_new_tokens", "context_limit", "stopped", "time_limit"
     accept_lengths: list[int]
     timings: dict[str, float]           # totals over steps, ms
+    #: Verification forwards, the prefill's included (it fixes the first token).
+    forwards: int = 1
 
     @property
     def new_tokens(self) -> int:
@@ -68,8 +78,7 @@ class DecodeResult:
 
     @property
     def mat(self) -> float:
-        """Mean accepted tokens = generated tokens / decoding steps (each step commits A + 1)."""
-        return self.new_tokens / self.steps if self.steps else 0.0
+        return mean_accepted(self.new_tokens, self.forwards)
 
     @property
     def tokens_per_s(self) -> float:
@@ -78,7 +87,7 @@ class DecodeResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method, "text": self.text, "token_ids": list(self.token_ids),
-            "new_tokens": self.new_tokens, "steps": self.steps, "mat": round(self.mat, 4),
+            "new_tokens": self.new_tokens, "steps": self.steps, "forwards": self.forwards, "mat": round(self.mat, 4),
             "tokens_per_s": round(self.tokens_per_s, 3), "wall_s": round(self.wall_s, 4),
             "prefill_ms": round(self.prefill_ms, 3), "prompt_len": self.prompt_len,
             "stop_reason": self.stop_reason, "accept_lengths": list(self.accept_lengths),

@@ -68,7 +68,7 @@ def full_run(lm, tmp_path_factory):
 
 # -- outputs ---------------------------------------------------------------------------------
 
-RESULT_KEYS = {"question_id", "category", "method", "turn", "prompt_len", "new_tokens", "steps", "mat", "wall_s",
+RESULT_KEYS = {"question_id", "category", "method", "turn", "prompt_len", "new_tokens", "steps", "forwards", "mat", "wall_s",
                "tokens_per_s", "prefill_ms", "stop_reason", "accept_lengths", "token_ids", "text", "timings",
                "step_ms", "elapsed_ms", "tree_sizes", "repeats_wall_s", "repeats_identical", "seq"}
 
@@ -95,6 +95,9 @@ def test_results_jsonl_schema(full_run):
             assert r["elapsed_ms"] == sorted(r["elapsed_ms"]) and r["elapsed_ms"][-1] <= r["wall_s"] * 1e3
     hf = [r for r in rows if r["method"] == "hf"]
     assert all(r["steps"] == r["new_tokens"] and set(r["accept_lengths"]) == {1} for r in hf)
+    # MAT: tokens per verification forward (the prefill's counted), exactly 1 for plain decoding.
+    assert all(r["mat"] == round(r["new_tokens"] / r["forwards"], 4) for r in rows if r["forwards"])
+    assert all(r["mat"] == 1.0 for r in rows if r["method"] in ("ar", "hf"))
 
 
 def test_summary_schema(full_run):

@@ -141,6 +141,77 @@ def test_cache_holds_exactly_the_committed_tokens(lm):
                 assert step.committed == [step.tree.tokens[i] for i in step.accepted]
 
 
+class Recording(Drafter):
+    """Wraps a drafter and records every committed token it is shown."""
+
+    def __init__(self, inner):
+        self.inner, self.seen = inner, []
+        self.wants_topk, self.wants_topk_p, self.name = inner.wants_topk, inner.wants_topk_p, inner.name
+
+    def start(self, context, new_from, topk, topk_p=None):
+        self.inner.start(context, new_from, topk, topk_p)
+
+    def propose(self, context, root, capacity):
+        return self.inner.propose(context, root, capacity)
+
+    def observe(self, step):
+        self.seen += step.committed
+        assert step.committed == [step.tree.tokens[i] for i in step.accepted]
+        return self.inner.observe(step)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9, 13])
+def test_drafters_observe_exactly_what_is_output(lm, n):
+    """Nothing past an end-of-sequence token or max_new_tokens reaches a drafter, and the last
+    committed token does too (a chat's next turn feeds the automaton from there)."""
+    prompt = rand_prompt(random.Random(11), 24)
+    ref = decode(lm, prompt, make_drafter("ar"), DecodeConfig(max_new_tokens=40)).token_ids
+    lm_eos = tiny_lm(vocab=V, eos=ref[7])
+    for model in (lm, lm_eos):
+        for inner in (OracleDrafter(len(prompt), ref, n), make_drafter("racer", vocab_size=V)):
+            spy = Recording(inner)
+            res = decode(model, prompt, spy, DecodeConfig(max_new_tokens=n, capacity=12))
+            assert spy.seen == res.token_ids, (res.stop_reason, type(inner).__name__)
+            if isinstance(inner, OracleDrafter) is False and inner.retrieval:
+                assert inner._fed == len(prompt) + res.new_tokens
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9, 17])
+def test_mat_is_tokens_per_verification_forward(lm, n):
+    """One definition whatever ends the run: plain decoding is exactly 1.0."""
+    prompt = rand_prompt(random.Random(n), 20)
+    ref = decode(lm, prompt, make_drafter("ar"), DecodeConfig(max_new_tokens=40)).token_ids
+    for model in (lm, tiny_lm(vocab=V, eos=ref[min(n, 6)])):
+        run = DecodeRun(model, prompt, make_drafter("ar"), DecodeConfig(max_new_tokens=n))
+        steps = list(run)
+        assert run.result.mat == 1.0 and run.result.forwards == run.result.new_tokens
+        assert run.result.forwards == 1 + sum(s.forwarded for s in steps)
+        oracle = DecodeRun(model, prompt, OracleDrafter(len(prompt), ref, n), DecodeConfig(max_new_tokens=n, capacity=12))
+        steps = list(oracle)
+        assert oracle.result.forwards == 1 + sum(s.forwarded for s in steps)
+        assert oracle.result.mat == oracle.result.new_tokens / oracle.result.forwards
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("max_new_tokens", 0, "max_new_tokens must be a whole number >= 1"),
+    ("max_new_tokens", 2.5, "max_new_tokens"),
+    ("capacity", 0, "capacity must be 'auto'"),
+    ("capacity", True, "capacity must be 'auto'"),
+    ("capacity", "big", "capacity must be 'auto'"),
+    ("temperature", -0.5, "temperature must be >= 0"),
+    ("temperature", float("nan"), "temperature must be a finite number"),
+    ("top_p", 0.0, "top_p must be in (0, 1]"),
+    ("top_p", 1.5, "top_p must be in (0, 1]"),
+    ("top_k", -1, "top_k must be a whole number >= 0"),
+    ("seed", "x", "seed must be a whole number"),
+    ("time_limit_s", 0, "time_limit_s must be > 0"),
+])
+def test_decode_config_refuses_bad_values(field, value, words):
+    with pytest.raises(ValueError) as e:
+        DecodeConfig(**{field: value})
+    assert words in str(e.value)
+
+
 def test_bad_input_is_refused(lm):
     with pytest.raises(ValueError):
         DecodeRun(lm, [], make_drafter("ar"))

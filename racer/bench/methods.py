@@ -48,7 +48,7 @@ class Outcome:
     token_ids: list[int]
     wall_s: float
     stop_reason: str
-    #: Verification forwards incl. the prefill (= decode steps); None when unknown.
+    #: Steps, each committing one or more tokens (= len(accept_lengths)); None when unknown.
     steps: int | None
     #: Tokens committed per step; None when unknown.
     accept_lengths: list[int] | None
@@ -63,6 +63,8 @@ class Outcome:
     #: Per step: draft tree size verified (root included); None where not applicable.
     tree_sizes: list[int] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: Verification forwards, the prefill's included (MAT = tokens / forwards); None when unknown.
+    forwards: int | None = None
 
 
 class Conversation:
@@ -178,7 +180,7 @@ class LoopConversation(Conversation):
         step_ms = {p: v for p, v in step_ms.items() if any(v) or p in ("draft", "forward", "update")}
         return Outcome(list(res.token_ids), wall, res.stop_reason, res.steps, list(res.accept_lengths),
                        res.prefill_ms, dict(res.timings), step_ms, elapsed, sizes,
-                       {"new_from": new_from, "loop_wall_s": res.wall_s})
+                       {"new_from": new_from, "loop_wall_s": res.wall_s}, forwards=res.forwards)
 
 
 # -- transformers' own decoders --------------------------------------------------------------
@@ -295,8 +297,10 @@ class HFConversation(Conversation):
             stop += f" (cut {len(new) - len(tokens)} tokens after it)"
         timings = {"generate_ms": max(0.0, wall * 1e3 - prefill)}
         ok = sum(lengths) == len(tokens)
+        # generate() streams once per forward, the prefill's first token included.
         return Outcome(tokens, wall, stop, len(lengths) if ok else None, lengths if ok else None, prefill, timings,
-                       None, elapsed, None, {"prompt_lookup": self.method.prompt_lookup})
+                       None, elapsed, None, {"prompt_lookup": self.method.prompt_lookup},
+                       forwards=len(lengths) if ok else None)
 
 
 def get_method(spec: str | BenchMethod) -> BenchMethod:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Sequence, TextIO
 from ..loop import DecodeConfig
 from ..models import LoadedModel
 from ..prompting import build_input_ids
+from ..records import mean_accepted
 from .data import Row, Skipped
 from .methods import BenchMethod, Outcome, get_method
 from .progress import Progress
@@ -116,8 +117,8 @@ def outcome_row(row: Row, turn: int, method: str, outs: list[tuple[int, Outcome]
     same = all(x.token_ids == o.token_ids for _, x in outs[1:])
     return {
         "question_id": row.question_id, "category": row.category, "method": method, "turn": turn,
-        "prompt_len": prompt_len, "new_tokens": n, "steps": o.steps,
-        "mat": round(n / o.steps, 4) if o.steps else None,
+        "prompt_len": prompt_len, "new_tokens": n, "steps": o.steps, "forwards": o.forwards,
+        "mat": round(mean_accepted(n, o.forwards), 4) if o.forwards else None,
         "wall_s": round(wall, 6), "tokens_per_s": round(n / wall, 3) if wall > 0 else None,
         "prefill_ms": None if o.prefill_ms is None else round(o.prefill_ms, 3),
         "stop_reason": o.stop_reason,

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..models import LoadedModel
+from ..records import mean_accepted
 from .methods import PLD_TOKENS
 from .runner import BenchRun, BenchSettings, RunRecord
 
@@ -56,10 +57,13 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     wall = sum(r["wall_s"] for r in rows)
     steps_known = all(r.get("steps") is not None for r in rows) and n > 0
     steps = sum(r["steps"] for r in rows) if steps_known else None
+    fw_known = all(r.get("forwards") is not None for r in rows) and n > 0
+    forwards = sum(r["forwards"] for r in rows) if fw_known else None
     out: dict[str, Any] = {
         "turns": n, "new_tokens": tokens, "wall_s": round(wall, 6),
         "tokens_per_s": round(tokens / wall, 3) if wall > 0 else None,
-        "steps": steps, "mat": round(tokens / steps, 4) if steps else None,
+        "steps": steps, "forwards": forwards,
+        "mat": round(mean_accepted(tokens, forwards), 4) if forwards else None,
     }
     prefills = [r["prefill_ms"] for r in rows if r.get("prefill_ms") is not None]
     out["prefill_ms"] = round(statistics.fmean(prefills), 3) if prefills else None
@@ -204,10 +208,11 @@ def timelines(results: Sequence[dict[str, Any]], methods: Sequence[str], limit: 
             t_off += r["wall_s"]
             n_off += r["new_tokens"]
         pts = _downsample(pts, limit)
-        steps = sum(by_m[m][k]["steps"] or 0 for k in common) if all(by_m[m][k].get("steps") for k in common) else None
+        fw = sum(by_m[m][k]["forwards"] or 0 for k in common) \
+            if all(by_m[m][k].get("forwards") for k in common) else None
         out[m] = {"points": [[round(t, 4), n] for t, n in pts],
                   "final": {"tokens_per_s": round(n_off / t_off, 3) if t_off > 0 else None,
-                            "mat": round(n_off / steps, 4) if steps else None, "tokens": n_off,
+                            "mat": round(mean_accepted(n_off, fw), 4) if fw else None, "tokens": n_off,
                             "time_s": round(t_off, 4)}}
     return {"turns": len(common), "methods": out}
 

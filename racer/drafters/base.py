@@ -13,8 +13,11 @@ Life cycle, driven by `racer.loop.decode`:
 2. Each step: `propose(context, root, capacity)` returns a `DraftTree` rooted at `root` (the
    token the model has just fixed, not yet in `context`) with at most `capacity` nodes
    including the root. Drafters put picture data in `tree.info` (plain JSON-able values).
-3. After verification: `observe(step)` with a `Verified` step. It may return a dict of extra
-   plain data for the step record (e.g. the automaton's evictions).
+3. After verification: `observe(step)` with a `Verified` step: exactly the tokens the run
+   outputs, cut at an end-of-sequence token or max_new_tokens (the cut-off rest of an accepted
+   path is never shown), and once more for a final token committed without a forward (a
+   root-only tree, no top-k). It may return a dict of extra plain data for the step record
+   (e.g. the automaton's evictions).
 
 Drafters never touch the model; they see token ids and top-k ids only.
 """
@@ -37,7 +40,7 @@ class Verified:
     accepted: list[int]
     #: Token ids committed this step: root + accepted drafts (already appended to `context`).
     committed: list[int]
-    #: The token fixed after the last accepted node (the next root).
+    #: The token fixed after the last accepted node (the next root); -1 after a final commit.
     next_root: int
     context: list[int]
     #: (T, K) float array: the model's probability of each `topk` entry, or None (given only
