@@ -143,7 +143,7 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                 if lm.device.type == "cuda":
                     torch.cuda.synchronize(lm.device)
                 t0 = time.perf_counter()
-                logits = forward_tree(lm.model, cache, tree, ctx, lm.device, lm.dtype)
+                logits = forward_tree(lm.model, cache, tree, ctx, lm.device, lm.dtype, lm.layout)
                 argmax(logits).tolist()  # the loop reads the argmax back; include that sync
                 dt = (time.perf_counter() - t0) * 1e3
                 cache.crop(-size)

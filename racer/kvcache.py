@@ -8,8 +8,10 @@ spare room: an append writes only the new entries, dropping entries (a rejected 
 branch) only moves the length, and the buffer is reallocated geometrically when it is full.
 Attention reads a view of the filled part, so nothing else changes.
 
-Layers that are not plain full-attention layers (sliding windows, linear attention) keep
-the layer class transformers picked for them.
+Sliding-window layers keep every key too (transformers' sliding layer drops keys older than
+the window): the tree mask folds the window in (racer.architecture), and one set of positions
+then serves every layer, and the cache can be compacted the same way in each. Other layer
+kinds keep the class transformers picked (the loop refuses such models at load).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 #: Spare room, in tokens, when a buffer is first allocated or regrown; growth is at least 1.5x
 #: so a long generation reallocates O(log n) times.
@@ -94,11 +96,12 @@ class GrowingLayer(DynamicLayer):
 
 
 class GrowingCache(DynamicCache):
-    """DynamicCache whose full-attention layers append in place (GrowingLayer)."""
+    """DynamicCache whose full and sliding-window attention layers append in place (GrowingLayer)."""
 
     def __init__(self, config: Any) -> None:
         super().__init__(config=config)
-        self.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.layers]
+        self.layers = [GrowingLayer() if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) else layer
+                       for layer in self.layers]
 
 
 def new_cache(model: Any) -> DynamicCache:

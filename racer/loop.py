@@ -188,7 +188,7 @@ class DecodeRun:
             if self.sizer is not None:
                 tree = self.sizer.size(tree, past)
             t1 = time.perf_counter()
-            logits = forward_tree(model, cache, tree, past, device, lm.dtype)
+            logits = forward_tree(model, cache, tree, past, device, lm.dtype, lm.layout)
             self._sync()
             t2 = time.perf_counter()
             forwards += 1

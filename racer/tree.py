@@ -89,14 +89,21 @@ class DraftTree:
             anc[i, i] = True
         return anc
 
-    def attention_mask(self, past_len: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    def attention_mask(self, past_len: int, dtype: torch.dtype, device: torch.device | str,
+                       window: int | None = None) -> torch.Tensor:
         """Additive float mask (1, 1, T, past + T): every node sees the whole prefix and its
-        own ancestors. Additive float, not bool: eager attention mis-reads bool masks."""
+        own ancestors; with a sliding `window`, only keys less than `window` positions behind
+        it (a node's position is past_len + depth). Additive float, not bool: eager attention
+        mis-reads bool masks."""
         n = len(self.tokens)
         blocked = torch.finfo(dtype).min
         tree = torch.from_numpy(~self.ancestor_matrix())
         mask = torch.zeros((1, 1, n, past_len + n), dtype=dtype)
         mask[0, 0, :, past_len:].masked_fill_(tree, blocked)
+        if window is not None:
+            q = torch.tensor(self.depths, dtype=torch.long) + past_len
+            k = torch.cat([torch.arange(past_len), q])
+            mask[0, 0].masked_fill_(q[:, None] - k[None, :] >= window, blocked)
         return mask.to(device)
 
     def position_ids(self, past_len: int, device: torch.device | str) -> torch.Tensor:

@@ -15,8 +15,11 @@ from typing import Any
 
 import torch
 
+from .architecture import AttentionLayout
 from .cpu.rows import argmax
 from .tree import DraftTree
+
+FULL_ONLY = AttentionLayout()
 
 
 @dataclass(frozen=True)
@@ -49,14 +52,17 @@ def process_logits(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 
 def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device: torch.device,
-                 dtype: torch.dtype) -> torch.Tensor:
-    """Logits (T, V) at every tree node; appends T entries to `cache`."""
+                 dtype: torch.dtype, layout: AttentionLayout | None = None) -> torch.Tensor:
+    """Logits (T, V) at every tree node; appends T entries to `cache`. `layout` gives the
+    model's layer types and sliding window (default: full attention everywhere)."""
     ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
     if tree.is_chain():
-        # A chain is ordinary causal attention: let the model build its own (faster) mask.
+        # A chain is ordinary causal attention: let the model build its own (faster) masks, sliding
+        # windows included (the cache keeps every key, so its positions are the context's).
         mask, pos = None, None
     else:
-        mask, pos = tree.attention_mask(past_len, dtype, device), tree.position_ids(past_len, device)
+        mask = (layout or FULL_ONLY).tree_mask(tree, past_len, dtype, device)
+        pos = tree.position_ids(past_len, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
     return out.logits[0]
 

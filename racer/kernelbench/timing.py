@@ -56,7 +56,7 @@ def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: i
             for name, (lm, switch) in variants.items():
                 switch()
                 t0 = time.perf_counter()
-                forward_tree(lm.model, caches[name], tree, context, lm.device, lm.dtype).argmax(-1).tolist()
+                forward_tree(lm.model, caches[name], tree, context, lm.device, lm.dtype, lm.layout).argmax(-1).tolist()
                 if rep:
                     times[(name, T)].append((time.perf_counter() - t0) * 1e3)
                 caches[name].crop(-T)
