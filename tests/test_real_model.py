@@ -116,3 +116,39 @@ def test_bf16_tree_drafters_equal_ar_exactly(real_lm_bf16, name):
             res = decode(real_lm_bf16, ids, make_drafter(method, vocab_size=real_lm_bf16.vocab_size),
                          DecodeConfig(max_new_tokens=N, capacity="auto"))
             assert res.token_ids == ref, f"{method} auto"
+
+
+# -- the second shipped model: Gemma 3 270M (base, sliding windows of 512 mixed with global layers) --
+
+def long_passage() -> str:
+    """About 1,500 Gemma tokens of the shipped summarisation and RAG passages, as a completion prompt."""
+    import json
+    from pathlib import Path
+    rows = [json.loads(line) for line in (Path(__file__).resolve().parent.parent / "assets" / "bench_prompts.jsonl")
+            .read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [r["turns"][0] for r in rows if r["category"] in ("summarisation", "rag")]
+    return "\n\n".join(texts) + "\n\nIn short, the passages above say that"
+
+
+@pytest.fixture(scope="module")
+def gemma_lm():
+    from racer import load_model
+    return load_model("gemma3-270m", device="cpu", dtype="float32")
+
+
+def test_gemma3_loads_with_its_real_context(gemma_lm):
+    assert gemma_lm.max_context == 32768 and not gemma_lm.chat
+    assert gemma_lm.layout.window == 512 and gemma_lm.layout.mixed
+    assert any("sliding-window attention (512" in n for n in gemma_lm.notes)
+
+
+def test_gemma3_long_prompt_tree_decoding_equals_plain_greedy(gemma_lm):
+    ids = build_input_ids(gemma_lm.tokenizer, long_passage())
+    assert 1500 <= len(ids) < gemma_lm.max_context
+    with torch.inference_mode():
+        ref = gemma_lm.model.generate(torch.tensor([ids]), max_new_tokens=48, do_sample=False)[0, len(ids):].tolist()
+    cut = ref.index(next(iter(gemma_lm.eos_ids))) + 1 if set(ref) & gemma_lm.eos_ids else len(ref)
+    for method, cap in (("ar", 1), ("racer", 16), ("tr", 16), ("pld", 16)):
+        res = decode(gemma_lm, ids, make_drafter(method, vocab_size=gemma_lm.vocab_size),
+                     DecodeConfig(max_new_tokens=48, capacity=cap))
+        assert res.token_ids == ref[:cut], method

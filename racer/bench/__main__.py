@@ -35,7 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated, run interleaved in this order; known: {','.join(ALL_METHODS)}; a decode-loop method may fix its own capacity, e.g. racer@8,racer@auto (a capacity sweep in one run)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--capacity", default=None, help="draft tree size incl. the root, or 'auto' (default: the library's)")
-    p.add_argument("--model", default="default", help="'default', a hub id, a local folder or a .gguf file")
+    p.add_argument("--model", default="default",
+                   help="'default' (SmolLM2-135M-Instruct), 'gemma3-270m', a hub id, a local folder or a .gguf file")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the identity check runs only then)")
