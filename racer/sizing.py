@@ -26,7 +26,7 @@ _DEEP_COPY = 0.85
 #: each. The row was computed in another context, so q sits well below the probability:
 #: measured on the shipped prompts (racer, capacity 40, 128 tokens, 2,000 logits nodes whose
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
-#: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md §10.2).
+#: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md, "Sizing").
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 
@@ -172,7 +172,7 @@ class ForwardCalibration:
     """How the verify forwards of this decoding compare with the cost curve, per tree size.
 
     The curve is measured once, on random trees in a quiet loop; inside real decoding the
-    forwards differ (measured, session 5: T=1 ran ~15 % under the curve and T=4..8 ~5 %
+    forwards differ (measured on a 2-core AVX2 CPU: T=1 ran ~15 % under the curve and T=4..8 ~5 %
     over it, so the curve made trees look cheaper than they were and sizing over-drafted).
     Each step's forward time updates a moving average of observed/predicted for its size;
     a size not seen yet borrows the ratio of the nearest smaller size that was (the cost of

@@ -18,7 +18,7 @@ _FACTORIES: dict[str, tuple[Callable[..., Drafter], dict[str, Any]]] = {
     # The paper's drafter: no prompt-lookup chain (see racer.drafters.racer). The ablations
     # below leave the chain out too, so they compare with racer-nochain.
     "racer-nochain": (RacerDrafter, {"lookup_chain": False}),
-    # Tree sizing without the copy-logit entries' probabilities (ranks only, as before session 5).
+    # Tree sizing without the copy-logit entries' probabilities (ranks only): the ablation of the row-probability buckets.
     "racer-ranks": (RacerDrafter, {"row_probs": False}),
     "racer-half": (RacerDrafter, {"merge": "half", "lookup_chain": False}),
     "racer-hard": (RacerDrafter, {"merge": "hard", "lookup_chain": False}),

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Regenerates, on this machine, every benchmark run and micro-benchmark that the README and
+# docs/PERFORMANCE.md cite. Each lands in benchmarks/ under a name that says what it is:
+# MODEL-DATA-DTYPE-CPUKIND-DATE (CPU kind: avx512bf16 where the CPU has AVX512-BF16, else avx2;
+# the dtype is the fast one there: bfloat16 with AVX512-BF16, float32 on AVX2 alone).
+#
+#   scripts/benchmarks.sh                 # everything (about 3 hours on a 2-core CPU)
+#   scripts/benchmarks.sh micro smollm2   # some groups: micro, smollm2, sweep, gemma3
+#
+# Timings need the whole machine: run nothing else meanwhile. Spec-Bench's questions come from
+# $SPEC_BENCH (default ../shared/data/spec_bench.jsonl).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+P=${PYTHON:-.venv/bin/python}
+SPEC=${SPEC_BENCH:-../shared/data/spec_bench.jsonl}
+if grep -q avx512_bf16 /proc/cpuinfo; then CPU=avx512bf16; DT=bfloat16; else CPU=avx2; DT=float32; fi
+DATE=$(date -u +%F)
+GROUPS_WANTED=${*:-micro smollm2 sweep gemma3}
+want() { [[ " $GROUPS_WANTED " == *" $1 "* ]]; }
+
+bench() {  # bench NAME ARGS...: one interleaved run, then its plots
+  local name=$1; shift
+  echo "== $name" >&2
+  $P -m racer.bench --turns first --no-progress --capacity auto "$@" --out "benchmarks/$name"
+  $P -m visuals.bench_figures "benchmarks/$name" --no-images
+}
+
+micro() {  # micro NAME MODULE ARGS...: a markdown table under benchmarks/micro, its command first
+  local name=$1 module=$2; shift 2
+  echo "== micro/$name" >&2
+  mkdir -p benchmarks/micro
+  { echo "Command: \`python -m $module $*\` ($CPU CPU, $DATE)"; echo; $P -m "$module" "$@"; } \
+    > "benchmarks/micro/$name-$CPU-$DATE.md"
+}
+
+if want micro; then
+  # Whole verify forward per kernel family, each against PyTorch's own path, interleaved.
+  micro "linear-kernels-$DT" racer.kernelbench.linear_kernels --dtype "$DT" --context 300 --repeats 10 --sizes 1,2,4,8,16,32,64
+  micro "attention-kernels-$DT" racer.kernelbench.attention_kernels --dtype "$DT" --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
+  micro "decoder-layers-$DT" racer.kernelbench.decoder_layers --dtype "$DT" --context 600 --repeats 8 --sizes 1,2,4,8,16,32
+  micro "kv-caches-float32" racer.kernelbench.kv_caches --context 1000 --repeats 8 --sizes 1,2,4,8,16
+  micro "dtypes" racer.kernelbench.dtypes --context 300 --repeats 8 --sizes 1,4,8,16,32,64
+  # Where a decoding step's time goes, per method.
+  micro "profile-$DT" racer.bench.profile --dtype "$DT" --methods ar,tr,racer
+fi
+
+if want smollm2; then
+  bench "smollm2-135m-specbench10-$DT-$CPU-$DATE" --dtype "$DT" --data "$SPEC" --per-category 10 --round-robin \
+    --methods ar,tr,racer,hf-pld --max-new-tokens 256
+  bench "smollm2-135m-shipped-r3-$DT-$CPU-$DATE" --dtype "$DT" --data assets/bench_prompts.jsonl --per-category 1 \
+    --methods ar,tr,racer,hf-pld --repeats 3 --max-new-tokens 128
+fi
+
+if want sweep; then
+  # capacity auto against fixed tree sizes, every size in one interleaved run.
+  bench "smollm2-135m-shipped-sweep-$DT-$CPU-$DATE" --dtype "$DT" --data assets/bench_prompts.jsonl --per-category 1 \
+    --methods ar,racer,racer@4,racer@8,racer@16,racer@32,racer@64,hf-pld --repeats 2 --max-new-tokens 128
+fi
+
+if want gemma3; then
+  bench "gemma3-270m-shipped-r3-$DT-$CPU-$DATE" --model gemma3-270m --dtype "$DT" --data assets/bench_prompts.jsonl \
+    --per-category 1 --methods ar,tr,racer,hf-pld --repeats 3 --max-new-tokens 128
+  bench "gemma3-270m-specbench5-$DT-$CPU-$DATE" --model gemma3-270m --dtype "$DT" --data "$SPEC" --per-category 5 \
+    --round-robin --methods ar,tr,racer,hf-pld --max-new-tokens 128
+fi
+
+# One shared plotly.min.js for every committed plot page.
+$P scripts/share_plotlyjs.py benchmarks
