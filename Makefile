@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 7860
 
-.PHONY: setup run cli test test-fast bench gallery
+.PHONY: setup run cli test test-fast bench benchmarks gallery
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,11 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m racer.bench --methods ar,pld,tr,racer,hf,hf-pld --max-new-tokens 256 --out benchmarks/local
+	$(PY) -m visuals.bench_figures benchmarks/local
+
+# Every run the docs cite, regenerated on this machine (hours; see scripts/benchmarks.sh).
+benchmarks: setup
+	scripts/benchmarks.sh
 
 gallery: setup
 	$(PY) -m visuals.gallery docs/gallery

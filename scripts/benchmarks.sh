@@ -38,6 +38,7 @@ if want micro; then
   micro "linear-kernels-$DT" racer.kernelbench.linear_kernels --dtype "$DT" --context 300 --repeats 10 --sizes 1,2,4,8,16,32,64
   micro "attention-kernels-$DT" racer.kernelbench.attention_kernels --dtype "$DT" --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   micro "decoder-layers-$DT" racer.kernelbench.decoder_layers --dtype "$DT" --context 600 --repeats 8 --sizes 1,2,4,8,16,32
+  micro "switches-$DT" racer.kernelbench.switches --dtype "$DT" --context 600 --repeats 8 --sizes 1,4,8,16
   micro "kv-caches-float32" racer.kernelbench.kv_caches --context 1000 --repeats 8 --sizes 1,2,4,8,16
   micro "dtypes" racer.kernelbench.dtypes --context 300 --repeats 8 --sizes 1,4,8,16,32,64
   # Where a decoding step's time goes, per method.
@@ -52,9 +53,11 @@ if want smollm2; then
 fi
 
 if want sweep; then
-  # capacity auto against fixed tree sizes, every size in one interleaved run.
+  # capacity auto against fixed tree sizes, and racer without its lookup chain (the paper's drafter)
+  # or without the copy-logit row probabilities in sizing, all in one interleaved run.
   bench "smollm2-135m-shipped-sweep-$DT-$CPU-$DATE" --dtype "$DT" --data assets/bench_prompts.jsonl --per-category 1 \
-    --methods ar,racer,racer@4,racer@8,racer@16,racer@32,racer@64,hf-pld --repeats 2 --max-new-tokens 128
+    --methods ar,racer,racer-nochain,racer-ranks,racer@4,racer@8,racer@16,racer@32,racer@64,hf-pld --repeats 2 \
+    --max-new-tokens 128
 fi
 
 if want gemma3; then

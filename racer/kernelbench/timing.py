@@ -37,9 +37,11 @@ Variants = dict[str, tuple[LoadedModel, Callable[[], object]]]
 
 @torch.inference_mode()
 def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: int,
-                  seed: int = 0, cache_for: dict[str, Callable[[object], object]] | None = None
+                  seed: int = 0, cache_for: dict[str, Callable[[object], object]] | None = None,
+                  read: Callable[[torch.Tensor], object] = lambda logits: logits.argmax(-1).tolist()
                   ) -> dict[tuple[str, int], float]:
-    """Median ms of one verify forward per (variant, T), after one untimed round.
+    """Median ms of one verify forward per (variant, T), after one untimed round, including
+    `read` of its logits (default: the argmax, read back as the loop does).
     `cache_for` may give a variant its own KV cache factory (default: racer's)."""
     rng = random.Random(seed)
     caches = {}
@@ -56,7 +58,7 @@ def time_forwards(variants: Variants, sizes: list[int], context: int, repeats: i
             for name, (lm, switch) in variants.items():
                 switch()
                 t0 = time.perf_counter()
-                forward_tree(lm.model, caches[name], tree, context, lm.device, lm.dtype, lm.layout).argmax(-1).tolist()
+                read(forward_tree(lm.model, caches[name], tree, context, lm.device, lm.dtype, lm.layout))
                 if rep:
                     times[(name, T)].append((time.perf_counter() - t0) * 1e3)
                 caches[name].crop(-T)
