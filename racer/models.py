@@ -264,8 +264,10 @@ def prepare_model(model: Any, tokenizer: Any, *, spec: str = "object", name: str
     `check`) one small tree forward compared with sequential decoding, so an architecture the
     loop cannot run exactly is refused here, never mid-decode."""
     notes = list(notes or [])
-    param = next(model.parameters())
-    dev, dt = param.device, param.dtype
+    # The input embedding's device takes the input ids (the first device of a split model).
+    emb = model.get_input_embeddings().weight
+    dev = emb.device if emb.device.type != "meta" else torch.device("cpu")
+    dt = next(p.dtype for p in model.parameters() if p.is_floating_point())
     name = name or str(getattr(model.config, "name_or_path", "") or type(model).__name__)
     config = model.config
     impl = getattr(config, "_attn_implementation", None)
@@ -276,8 +278,14 @@ def prepare_model(model: Any, tokenizer: Any, *, spec: str = "object", name: str
         layout = AttentionLayout.of(config)
     except UnsupportedArchitecture as e:
         raise ModelLoadError(f"{name} ({type(model).__name__}) cannot be decoded exactly with tree attention: {e}") from e
+    split = dict(getattr(model, "hf_device_map", None) or {})
+    if len(set(split.values())) > 1:
+        # accelerate's hooks run the mapped modules' own forwards and bring offloaded weights in
+        # per call: racer's decoder-layer forward would be bypassed, so it is not installed.
+        notes.append(f"accelerate device map over {', '.join(sorted(map(str, set(split.values()))))}: inputs on "
+                     f"{dev}, each layer on its own device, transformers' decoder layers")
     try:
-        notes += cpu.install(model, dev, dt, linear_kernel)
+        notes += cpu.install(model, dev, dt, linear_kernel, fast_layers=len(set(split.values())) <= 1)
     except ValueError as e:
         raise ModelLoadError(str(e)) from e
     if layout.window is not None:

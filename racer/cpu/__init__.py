@@ -30,11 +30,13 @@ def attention_implementation(requested: str) -> str:
     return attention.register() if requested == "sdpa" else requested
 
 
-def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, linear_kernel: str = "auto") -> list[str]:
+def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, linear_kernel: str = "auto",
+            fast_layers: bool = True) -> list[str]:
     """Put racer's kernels into `model` where they apply, in place; returns the notes that say
     which run. `linear_kernel` "auto" takes RACER_LINEAR, whose "auto" is the kernel measured
-    fastest for this device and dtype (linear.choose). Raises ValueError for a kernel that
-    cannot run here."""
+    fastest for this device and dtype (linear.choose); `fast_layers` False keeps transformers'
+    decoder layers (a model whose layers accelerate's hooks run). Raises ValueError for a kernel
+    that cannot run here."""
     notes: list[str] = []
     asked = ON.linear if linear_kernel == "auto" else linear_kernel
     kernel = linear.choose(device, dtype) if asked == "auto" else asked
@@ -47,7 +49,7 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
     if device.type == "cpu" and asked != "stock" and norm.use_fast_norm(model):
         notes.append("racer's RMSNorm kernel")
-    if device.type == "cpu" and kernel == "tiled" and ON.fast_layer and layers.use_fast_layers(model):
+    if device.type == "cpu" and kernel == "tiled" and ON.fast_layer and fast_layers and layers.use_fast_layers(model):
         notes.append(f"racer's decoder-layer forward for 1..{linear.TILED_MAX_ROWS}-token forwards (fused q/k/v and "
                      "gate/up, rotary kernel; bit-identical to the module path)")
     impl = getattr(model.config, "_attn_implementation", None)
