@@ -152,3 +152,18 @@ def test_gemma3_long_prompt_tree_decoding_equals_plain_greedy(gemma_lm):
         res = decode(gemma_lm, ids, make_drafter(method, vocab_size=gemma_lm.vocab_size),
                      DecodeConfig(max_new_tokens=48, capacity=cap))
         assert res.token_ids == ref[:cut], method
+
+
+def test_gpu_check_dry_run_passes_on_this_cpu(tmp_path):
+    """scripts/gpu_check.sh --device cpu: the GPU check's every step, small, on the CPU."""
+    import os
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(["bash", "scripts/gpu_check.sh", "--device", "cpu"], cwd=root, capture_output=True,
+                         text=True, timeout=1800, env={**os.environ, "OUT": str(tmp_path)})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "gpu check on cpu: passed" in out.stdout
+    assert "8 passed" in (tmp_path / "tests.log").read_text()
+    assert "| context \\ T |" in (tmp_path / "costcurve.md").read_text()
+    assert (tmp_path / "bench" / "summary.json").is_file()
