@@ -16,6 +16,15 @@ import torch
 SOURCES = ("root", "retrieval", "logits", "both", "template", "lookup")
 
 
+def _to(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """`t` on `device`; to an accelerator through pinned memory without blocking the host (a copy
+    from pageable memory would wait for the device's queue, a hidden synchronisation)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class DraftTree:
     tokens: list[int]
@@ -97,17 +106,18 @@ class DraftTree:
         mis-reads bool masks."""
         n = len(self.tokens)
         blocked = torch.finfo(dtype).min
-        tree = torch.from_numpy(~self.ancestor_matrix())
-        mask = torch.zeros((1, 1, n, past_len + n), dtype=dtype)
-        mask[0, 0, :, past_len:].masked_fill_(tree, blocked)
+        # Built where it is used: only the T x T tree block (and the depths) cross to a device.
+        device = torch.device(device)
+        mask = torch.zeros((1, 1, n, past_len + n), dtype=dtype, device=device)
+        mask[0, 0, :, past_len:].masked_fill_(_to(torch.from_numpy(~self.ancestor_matrix()), device), blocked)
         if window is not None:
-            q = torch.tensor(self.depths, dtype=torch.long) + past_len
-            k = torch.cat([torch.arange(past_len), q])
+            q = _to(torch.tensor(self.depths, dtype=torch.long), device) + past_len
+            k = torch.cat([torch.arange(past_len, device=device), q])
             mask[0, 0].masked_fill_(q[:, None] - k[None, :] >= window, blocked)
-        return mask.to(device)
+        return mask
 
     def position_ids(self, past_len: int, device: torch.device | str) -> torch.Tensor:
-        return (torch.tensor(self.depths, dtype=torch.long) + past_len).unsqueeze(0).to(device)
+        return _to((torch.tensor(self.depths, dtype=torch.long) + past_len).unsqueeze(0), device)
 
     def validate(self) -> None:
         """Raise if the structure is inconsistent (used by tests and the fuzzers)."""

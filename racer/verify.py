@@ -99,10 +99,14 @@ def keep_path(cache: Any, past_len: int, path: list[int], tree_len: int) -> None
             cache.crop(-drop)
         return
     src = torch.tensor(path, dtype=torch.long) + past_len
+    on: dict[torch.device, torch.Tensor] = {}   # one copy per device a layer lives on (a split model)
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
-        idx = src.to(layer.keys.device)
+        dev = layer.keys.device
+        idx = on.get(dev)
+        if idx is None:
+            idx = on[dev] = src if dev.type == "cpu" else src.pin_memory().to(dev, non_blocking=True)
         n = len(path)
         # Copy the path's entries down in place (O(path), not O(context)), then crop the tail.
         layer.keys[..., past_len:past_len + n, :] = layer.keys.index_select(-2, idx)
