@@ -27,7 +27,7 @@ from .models import LoadedModel
 from .records import DecodeResult, StepRecord
 from .sizing import Sizer
 from .tree import DraftTree
-from .verify import Sampling, accept_greedy, accept_sampling, forward_tree, keep_path, process_logits
+from .verify import Sampling, accept_greedy, accept_sampling, forward_tree, keep_path
 
 
 @dataclass
@@ -165,8 +165,10 @@ class DecodeRun:
             logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0]
             topk = topk_p = None
         last = logits[-1:]
-        root = accept_greedy(DraftTree.root_only(-1), last)[1] if sampling.greedy else \
-            int(torch.multinomial(process_logits(last[0], sampling), 1, generator=gen).item())
+        # The first token is an acceptance too, at a root-only tree with no root token yet (-1),
+        # so an `accept` hook (racer.hf_generate's logits processors) decides it like every other;
+        # the default rules draw exactly as before (same argmax, same single multinomial draw).
+        root = accept(DraftTree.root_only(-1), last)[1]
         drafter.start(context, self.new_from, topk, topk_p)
         self._sync()
         prefill_ms = (time.perf_counter() - t_start) * 1e3

@@ -2,6 +2,7 @@
 
 Writes results.jsonl, summary.json and report.md (tables) into --out; the plots come from the
 figure layer: `python -m visuals.bench_figures benchmarks/RUN` (`make bench` runs both).
+`--export spec-bench DIR` also writes Spec-Bench answer files (racer.bench.specbench).
 
 Exit status: 0 done, 1 done but a greedy method's output differed from ar's beyond a
 floating-point tie (a bug), 2 bad arguments or model, 130 interrupted (what finished is kept).
@@ -54,41 +55,78 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: re-render report.md's tables from --out's summary.json")
+    p.add_argument("--export", nargs=2, action="append", metavar=("FORMAT", "DIR"), default=[],
+                   help="also write the answers in another benchmark's format into DIR; FORMAT 'spec-bench': one "
+                        "answer file per method, as Spec-Bench's evaluation/speed.py and equal.py read them "
+                        "(with --report-only: from --out's results.jsonl)")
     return p.parse_args(argv)
 
 
+EXPORT_FORMATS = ("spec-bench",)
+
+
+def check_exports(exports: list[list[str]]) -> None:
+    for fmt, _ in exports:
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"--export: unknown format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")
+
+
+def write_exports(exports: list[list[str]], results: list[dict], summary: dict) -> None:
+    from .specbench import export
+    for _, folder in exports:
+        done = export(results, folder, model=summary.get("model") or "model", dtype=summary.get("dtype") or "?",
+                      temperature=summary["settings"]["temperature"], methods=list(summary["methods"]))
+        print(f"wrote {len(done['files'])} Spec-Bench answer files ({done['questions']} questions) to {folder}" +
+              (f"; left out (not finished by every method): {done['left_out']}" if done["left_out"] else ""),
+              file=sys.stderr)
+
+
 def print_table(summary: dict, out=sys.stdout) -> None:
-    rows = [("method", "turns", "MAT", "tok/s", "vs ar", "vs hf", "identical")]
+    rows = [("method", "turns", "MAT", "tok/s", "vs ar", "Spec-Bench vs ar", "vs hf", "identical")]
     for m, d in summary["methods"].items():
         o = d["overall"]
         f = lambda x, nd=2, s="": "-" if x is None else f"{x:.{nd}f}{s}"  # noqa: E731
         ident = o.get("identical_to_ar")
         rows.append((m, str(o["turns"]), f(o.get("mat")), f(o.get("tokens_per_s"), 1), f(o.get("speedup_vs_ar"), 2, "x"),
-                     f(o.get("speedup_vs_hf"), 2, "x"), "-" if ident is None else f"{ident}/{o['turns']}"))
+                     f(o.get("specbench_speedup_vs_ar"), 2, "x"), f(o.get("speedup_vs_hf"), 2, "x"),
+                     "-" if ident is None else f"{ident}/{o['turns']}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         out.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
 
 
-def report_only(out: Path) -> int:
+def report_only(out: Path, exports: list[list[str]] | None = None) -> int:
     import json
     from .report import write_report
     try:
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        results = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+                   if line.strip()] if exports else []
     except (OSError, ValueError) as e:
-        print(f"error: cannot read {out / 'summary.json'}: {e}", file=sys.stderr)
+        print(f"error: cannot read the run in {out}: {e}", file=sys.stderr)
         return 2
     for n in write_report(out, summary)["notes"]:
         print(f"note: {n}", file=sys.stderr)
     print(f"wrote {out / 'report.md'}", file=sys.stderr)
+    if exports:
+        try:
+            write_exports(exports, results, summary)
+        except OSError as e:
+            print(f"error: --export: {e}", file=sys.stderr)
+            return 2
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    try:
+        check_exports(args.export)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.report_only:
-        return report_only(Path(args.out))
+        return report_only(Path(args.out), args.export)
     from ..models import ModelLoadError, load_model
     from . import BenchSettings, get_method, load_rows, parse_capacity, run_benchmark
 
@@ -144,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     s = out.summary
     print_table(s)
+    if args.export:
+        try:
+            write_exports(args.export, out.results, s)
+        except OSError as e:
+            print(f"error: --export: {e} (the run itself is in {args.out})", file=sys.stderr)
+            return 2
     for n in out.notes:
         print(f"note: {n}", file=sys.stderr)
     outdir = Path(args.out)

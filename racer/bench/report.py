@@ -75,12 +75,13 @@ def overall_table(summary: dict[str, Any]) -> str:
         o = d["overall"]
         ident = o.get("identical_to_ar")
         rows.append([f"`{m}`", str(o["turns"]), str(o["new_tokens"]), _f(o.get("mat")), _f(o.get("tokens_per_s"), 1),
-                     _speed(o.get("speedup_vs_ar")), _speed(o.get("speedup_vs_hf")),
+                     _speed(o.get("speedup_vs_ar")), _speed(o.get("specbench_speedup_vs_ar")),
+                     _speed(o.get("speedup_vs_hf")), _speed(o.get("specbench_speedup_vs_hf")),
                      "–" if ident is None else f"{ident}/{o['turns']}",
                      _f(o.get("ms_per_step")), _f(o.get("draft_ms")), _f(o.get("forward_ms")),
                      _f(o.get("update_ms")), _f(o.get("tree_nodes"), 1)])
-    return _table(["method", "turns", "tokens", "MAT", "tokens/s", "speedup vs ar", "speedup vs hf",
-                   "identical to ar", "ms/step", "draft ms", "forward ms", "update ms", "tree nodes"], rows)
+    return _table(["method", "turns", "tokens", "MAT", "tokens/s", "speedup vs ar", "Spec-Bench speedup vs ar",
+                   "speedup vs hf", "Spec-Bench speedup vs hf", "identical to ar", "ms/step", "draft ms", "forward ms", "update ms", "tree nodes"], rows)
 
 
 def category_table(summary: dict[str, Any], key: str = "speedup_vs_ar") -> str:
@@ -188,11 +189,17 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, dict[str, str | No
         L += ["```", summary["command"], "```", ""]
     L += ["## Overall", "",
           "MAT = generated tokens per verification forward (the prefill counts as one). Speedup = tokens/s "
-          "ratio over the turns both methods finished (with identical outputs, the ratio of total times). "
+          "ratio over the turns both methods finished (total tokens / total time; with identical outputs, the "
+          "ratio of total times). Spec-Bench speedup = the mean over questions of per-question tokens/s over "
+          "the baseline's mean, as Spec-Bench's evaluation/speed.py computes it and papers quote it (every "
+          "question weighs the same). "
           "`hf` is transformers' `generate()`, `hf-pld` its prompt lookup (10 tokens). ms/step = decode time "
           "per step after the first token; draft / forward / update = mean ms per verification step of the "
           "decode loop.", "", overall_table(summary), "",
           "## Per category: MAT / speedup vs ar", "", category_table(summary, "speedup_vs_ar"), ""]
+    if any(d["overall"].get("specbench_speedup_vs_ar") is not None for d in summary["methods"].values()):
+        L += ["## Per category: MAT / Spec-Bench speedup vs ar", "",
+              category_table(summary, "specbench_speedup_vs_ar"), ""]
     if any(d["overall"].get("speedup_vs_hf") is not None for d in summary["methods"].values()):
         L += ["## Per category: MAT / speedup vs hf generate()", "", category_table(summary, "speedup_vs_hf"), ""]
     L += ["## Identical outputs", "", identical_section(summary)]

@@ -8,6 +8,10 @@ Definitions (over the (question, turn) pairs a method finished):
 * speedup vs B = (tokens / time of the method) / (tokens / time of B), both summed over the
   pairs both finished. With identical outputs (greedy) this is exactly B's total time over
   the method's total time.
+* Spec-Bench speedup vs B (`specbench_speedup_vs_*`) = the mean over questions of per-question
+  tokens/s (all turns of a question together) over B's mean, as Spec-Bench's
+  evaluation/speed.py computes it and papers quote it (racer.bench.specbench): every question
+  weighs the same, so short fast answers count as much as long ones.
 * Identical-output check (greedy only): every method's tokens against ar's on the same
   question and turn. For each difference: the first differing position, ar's top-2 logit
   margin there (one forward of ar's prompt + ar's tokens up to it), and the gap between ar's
@@ -32,6 +36,7 @@ from ..models import LoadedModel
 from ..records import mean_accepted
 from .methods import PLD_TOKENS
 from .runner import BenchRun, BenchSettings, RunRecord
+from .specbench import specbench_speedup
 
 REFERENCE = "ar"
 PEER = "hf"
@@ -328,6 +333,8 @@ def build_summary(lm: LoadedModel | None, run: BenchRun, *, command: str | None 
         s = aggregate(rows)
         s["speedup_vs_ar"] = speedup(rows, base[REFERENCE]) if base[REFERENCE] else None
         s["speedup_vs_hf"] = speedup(rows, base[PEER]) if base[PEER] else None
+        for b in (REFERENCE, PEER):
+            s[f"specbench_speedup_vs_{b}"] = specbench_speedup(rows, by_m[b]) if base[b] else None
         if identical is not None:
             if m == REFERENCE:
                 s["identical_to_ar"] = len(rows)
