@@ -41,7 +41,7 @@ from .costcurve import get_cost_curve
 from .drafters import METHODS, make_drafter
 from .drafters.base import Drafter
 from .loop import DecodeConfig, DecodeRun
-from .models import TREE_ATTENTION, LoadedModel, _sliding_window
+from .models import TREE_ATTENTION, LoadedModel, ModelLoadError, prepare_model
 from .prompting import common_prefix
 from .sizing import Sizer
 from .tree import DraftTree
@@ -123,15 +123,14 @@ def _target(model: Any) -> LoadedModel:
     if impl not in (*TREE_ATTENTION, cpu.attention.NAME):
         raise _refuse(f"attn_implementation={impl!r}", "tree verification needs an attention that takes an "
                       "arbitrary mask; load the model with attn_implementation='sdpa' (or 'eager')")
-    max_ctx = int(getattr(config, "max_position_embeddings", 0) or 2048)
-    window = _sliding_window(config)
-    if window is not None and window < max_ctx:
-        # A custom 4D mask bypasses sliding-window masking; inside the window it stays exact.
-        max_ctx = window - 1
-    vocab = int(model.get_output_embeddings().weight.shape[0])
     name = str(getattr(config, "_name_or_path", "") or type(model).__name__)
-    lm = LoadedModel(model, _Untokenized(), "transformers", name, device, dtype, frozenset(), max_ctx, vocab,
-                     0.0, "transformers")
+    try:
+        # The caller's model is not changed: no kernel is swapped in ("stock"), only its attention
+        # layout and context are read and one small tree forward checked against sequential decoding.
+        lm = prepare_model(model, _Untokenized(), spec="transformers", name=name, linear_kernel="stock",
+                           source="transformers")
+    except ModelLoadError as e:
+        raise _refuse(f"this model ({type(model).__name__})", str(e)) from e
     _TARGETS[model] = lm
     return lm
 

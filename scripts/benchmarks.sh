@@ -33,6 +33,11 @@ micro() {  # micro NAME MODULE ARGS...: a markdown table under benchmarks/micro,
     > "benchmarks/micro/$name-$CPU-$DATE.md"
 }
 
+fresh_curve() {  # the cost curve that sizes trees, measured now on the quiet machine (not one cached under load)
+  $P -c "import sys; from racer import load_model; from racer.costcurve import get_cost_curve; \
+c = get_cost_curve(load_model(sys.argv[1], dtype=sys.argv[2]), remeasure=True); print(sys.argv[1], c.table(512))" "$1" "$2"
+}
+
 if want micro; then
   # Whole verify forward per kernel family, each against PyTorch's own path, interleaved.
   micro "linear-kernels-$DT" racer.kernelbench.linear_kernels --dtype "$DT" --context 300 --repeats 10 --sizes 1,2,4,8,16,32,64
@@ -45,6 +50,7 @@ if want micro; then
   micro "profile-$DT" racer.bench.profile --dtype "$DT" --methods ar,tr,racer
 fi
 
+if want smollm2 || want sweep; then fresh_curve default "$DT"; fi
 if want smollm2; then
   bench "smollm2-135m-specbench10-$DT-$CPU-$DATE" --dtype "$DT" --data "$SPEC" --per-category 10 --round-robin \
     --methods ar,tr,racer,hf-pld --max-new-tokens 256
@@ -61,6 +67,7 @@ if want sweep; then
 fi
 
 if want gemma3; then
+  fresh_curve gemma3-270m "$DT"
   bench "gemma3-270m-shipped-r3-$DT-$CPU-$DATE" --model gemma3-270m --dtype "$DT" --data assets/bench_prompts.jsonl \
     --per-category 1 --methods ar,tr,racer,hf-pld --repeats 3 --max-new-tokens 128
   bench "gemma3-270m-specbench5-$DT-$CPU-$DATE" --model gemma3-270m --dtype "$DT" --data "$SPEC" --per-category 5 \

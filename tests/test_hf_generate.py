@@ -18,7 +18,7 @@ import racer.hf_generate as hfg
 from racer import GenerateSession, build_input_ids
 from racer.tiny import tiny_lm
 from racer.verify import Sampling
-from test_loop_tiny import SV, chi2, chi2_critical, joint_probs
+from tests.test_loop_tiny import SV, chi2, chi2_critical, joint_probs
 
 ROOT = Path(__file__).resolve().parent.parent
 V = 96
@@ -33,7 +33,7 @@ def plain(kind: str, vocab: int = V):
         model = LlamaForCausalLM(LlamaConfig(**common, attn_implementation="sdpa"))
     elif kind == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**common, attn_implementation="sdpa"))
-    else:  # sliding-window layers: racer caps the context inside the window
+    else:  # sliding-window layers (the window folded into racer's tree masks)
         model = Gemma3ForCausalLM(Gemma3TextConfig(**common, head_dim=16, sliding_window=96,
                                                    attn_implementation="eager"))
     with torch.no_grad():
@@ -290,9 +290,12 @@ def test_refused_models_are_named():
                                              decoder_start_token_id=0)).eval()
     with pytest.raises(ValueError, match="encoder-decoder"):
         ours(t5, prompt(0), max_new_tokens=4)
-    g = plain("gemma3")  # sliding window 96: exact within 95 tokens
-    with pytest.raises(ValueError, match="max_new_tokens=80"):
-        ours(g, prompt(0), max_new_tokens=80)
+
+
+def test_past_a_sliding_window_equals_stock():
+    g = plain("gemma3")  # sliding window 96: 24 prompt tokens + 120 new ones run well past it
+    ids = prompt(0)
+    assert ours(g, ids, max_new_tokens=120, capacity=16).tolist() == stock(g, ids, max_new_tokens=120).tolist()
 
 
 # -- drafter state across calls ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 from racer.bench import BenchSettings, run_benchmark
 from racer.bench.specbench import export, model_id, specbench_speedup
 from racer.tiny import tiny_lm
-from test_bench import FAST, ROWS, encode
+from tests.test_bench import FAST, ROWS, encode
 
 V = 96
 METHODS = ["ar", "racer", "hf"]

@@ -53,7 +53,10 @@ def extension() -> Any:
         try:
             from torch.utils import cpp_extension
 
-            tag = hashlib.sha1((source_tag() + torch.__version__ + sys.version).encode()).hexdigest()[:12]
+            # The build records its sources' paths: each checkout gets its own folder, so two of them
+            # never rebuild over each other.
+            tag = hashlib.sha1((source_tag() + torch.__version__ + sys.version + str(_CSRC.resolve())).encode()
+                               ).hexdigest()[:12]
             build = _build_dir(tag)
             build.mkdir(parents=True, exist_ok=True)
             # ninja may come from pip (requirements.txt), next to this interpreter, off PATH.
