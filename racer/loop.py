@@ -117,6 +117,8 @@ class DecodeRun:
         self._accept = accept
         self.result: DecodeResult | None = None
         self.cache: Any = None
+        #: The prefill's wall time, set before the first step record is yielded.
+        self.prefill_ms: float | None = None
         if not self.input_ids:
             raise ValueError("empty input: nothing to decode from")
         if len(self.input_ids) >= lm.max_context:
@@ -171,7 +173,7 @@ class DecodeRun:
         root = accept(DraftTree.root_only(-1), last)[1]
         drafter.start(context, self.new_from, topk, topk_p)
         self._sync()
-        prefill_ms = (time.perf_counter() - t_start) * 1e3
+        prefill_ms = self.prefill_ms = (time.perf_counter() - t_start) * 1e3
 
         out: list[int] = []
         accept_lengths: list[int] = []

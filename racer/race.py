@@ -6,12 +6,24 @@
     race.lanes["racer"].tokens, race.compare()
 
 One loop owns every method's `DecodeRun` iterator and always advances the method with the
-least of its *own* accumulated compute time (its prefill plus its steps, measured with
-`perf_counter` around each `next()`; `DecodeRun` synchronises the GPU inside each step). So at
+least of its *own* accumulated decoding time (its steps, measured with `perf_counter` around
+each `next()`; `DecodeRun` synchronises the GPU inside each step). So at
 any moment every lane shows what its method had produced after the same amount of its own
 work, on one device, without the methods competing for it. Picture data (`detail=True`) is
 only asked of the methods in `detail_for`; the drafting time it adds (draft time beyond the
 drafter's own `draft_breakdown`) is not charged to that lane's clock.
+
+The prefill is kept apart: every lane reads the same prompt once before its first step, so the
+lanes' clocks all start at zero after it, each lane's prefill is reported as measured, and
+`shared_prefill_s` (the lanes' median) is what a whole-request comparison adds to every lane.
+
+A clock that holds when the machine is shared. Another process, another visitor or the page's
+own updates stall every parallel region of a forward, and the method with more forwards (plain
+decoding) loses more: wall time alone turns contention into speed-up. So a step whose verify
+forward took more than DISTURBED x what the machine's cost curve predicts for its tree size and
+context is charged the prediction instead, and counted as disturbed. Each lane reports what it
+discounted, so the app can say the machine was busy. On a quiet machine no step is discounted
+and the clock is the wall clock.
 
 Do not use `DecodeRun.result.tokens_per_s` of a raced run: its wall clock includes the time
 the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
@@ -24,10 +36,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from .costcurve import CostCurve
 from .drafters.base import Drafter
 from .loop import DecodeConfig, DecodeRun
 from .models import LoadedModel
 from .records import DecodeResult, StepRecord, mean_accepted
+
+#: A forward (or prefill) this many times its expected time was disturbed by other work.
+DISTURBED = 1.5
 
 
 @dataclass
@@ -36,8 +52,10 @@ class Lane:
     method: str
     run: DecodeRun
     detail: bool = False
-    compute_s: float = 0.0              # own compute: prefill + steps (picture overhead excluded)
-    prefill_s: float = 0.0
+    compute_s: float = 0.0              # own decoding compute: its steps (prefill and picture overhead excluded)
+    prefill_s: float = 0.0              # its prefill, as measured
+    disturbed_steps: int = 0            # steps charged the cost curve's forward time
+    discounted_s: float = 0.0           # forward time not charged: what disturbed forwards took beyond the curve
     tokens: list[int] = field(default_factory=list)
     steps: int = 0                      # step records (each commits >= 1 token)
     forwards: int = 0                   # verification forwards, the prefill's included
@@ -58,13 +76,20 @@ class Lane:
 
     @property
     def tokens_per_s(self) -> float:
+        """Tokens per second of decoding (the prefill left out)."""
         return self.n_tokens / self.compute_s if self.compute_s > 0 else 0.0
+
+    def total_tokens_per_s(self, prefill_s: float) -> float:
+        """Tokens per second of the whole request, with `prefill_s` for the prefill."""
+        total = self.compute_s + prefill_s
+        return self.n_tokens / total if total > 0 else 0.0
 
     def summary(self) -> dict[str, Any]:
         return {"method": self.method, "tokens": self.n_tokens, "steps": self.steps, "forwards": self.forwards,
                 "mat": round(self.mat, 4), "tokens_per_s": round(self.tokens_per_s, 3),
                 "compute_s": round(self.compute_s, 4), "prefill_s": round(self.prefill_s, 4),
-                "done": self.done, "stop_reason": self.stop_reason}
+                "disturbed_steps": self.disturbed_steps,
+                "discounted_s": round(self.discounted_s, 4), "done": self.done, "stop_reason": self.stop_reason}
 
 
 @dataclass
@@ -88,9 +113,12 @@ class Race:
                  configs: Mapping[str, DecodeConfig] | None = None,
                  run_kwargs: Mapping[str, dict[str, Any]] | None = None,
                  stop_event: threading.Event | None = None, time_limit_s: float | None = None,
-                 new_from: int = 0) -> None:
+                 new_from: int = 0, cost_curve: CostCurve | None = None) -> None:
+        """`cost_curve` (default: the model's, once measured) tells a disturbed forward; without
+        one the clock is the wall clock alone."""
         if not drafters:
             raise ValueError("a race needs at least one method")
+        self.curve = cost_curve if cost_curve is not None else lm.cost_curve
         base = config or DecodeConfig()
         self.stop_event = stop_event
         self.time_limit_s = time_limit_s
@@ -147,8 +175,12 @@ class Race:
                     lane.compute_s += time.perf_counter() - t
                     self._finish(lane)
                     continue
-                dt = time.perf_counter() - t
-                lane.compute_s += max(0.0, dt - self._picture_overhead(lane, rec))
+                dt = max(0.0, time.perf_counter() - t - self._picture_overhead(lane, rec))
+                if lane.steps == 0 and lane.run.prefill_ms is not None:
+                    # The first next() ran the prefill too: it is kept apart from the decoding clock.
+                    lane.prefill_s = min(dt, lane.run.prefill_ms / 1e3)
+                    dt -= lane.prefill_s
+                lane.compute_s += dt - self._discount(lane, rec)
                 lane.steps += 1
                 lane.forwards += 1 if rec.forwarded else 0
                 lane.tokens.extend(rec.committed)
@@ -160,6 +192,19 @@ class Race:
             for ln in self.lanes.values():
                 if not ln.started and not ln.done:
                     ln.stop_reason = ln.stop_reason or self.stop_reason or "not_started"
+
+    def _discount(self, lane: Lane, rec: StepRecord) -> float:
+        """Seconds of this step's forward beyond what the cost curve predicts, when the forward
+        took more than DISTURBED x the prediction (0 otherwise)."""
+        if self.curve is None or not rec.forwarded:
+            return 0.0
+        measured = float(rec.timings.get("forward_ms", 0.0)) / 1e3
+        expected = self.curve.t(len(rec.tree), rec.context_len) / 1e3
+        if measured <= DISTURBED * expected:
+            return 0.0
+        lane.disturbed_steps += 1
+        lane.discounted_s += measured - expected
+        return measured - expected
 
     @staticmethod
     def _picture_overhead(lane: Lane, rec: StepRecord) -> float:
@@ -204,6 +249,20 @@ class Race:
     def done(self) -> bool:
         return all(ln.done for ln in self.lanes.values())
 
+    @property
+    def shared_prefill_s(self) -> float:
+        """The prefill every lane does alike (the same prompt): the median of the lanes' measured
+        prefills, so one prefill slowed by other work does not decide a whole-request comparison."""
+        xs = sorted(ln.prefill_s for ln in self.lanes.values() if ln.steps)
+        if not xs:
+            return 0.0
+        mid = len(xs) // 2
+        return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+    @property
+    def disturbed_steps(self) -> int:
+        return sum(ln.disturbed_steps for ln in self.lanes.values())
+
     def compare(self) -> Comparison:
         """Token-by-token comparison of every lane against the first, up to the shortest."""
         lanes = list(self.lanes.values())
@@ -222,5 +281,6 @@ class Race:
     def summary(self) -> dict[str, Any]:
         cmp = self.compare()
         return {"lanes": {m: ln.summary() for m, ln in self.lanes.items()}, "wall_s": round(self.wall_s, 4),
+                "shared_prefill_s": round(self.shared_prefill_s, 4), "disturbed_steps": self.disturbed_steps,
                 "stop_reason": self.stop_reason, "identical": cmp.identical, "compared": cmp.compared,
                 "first_diff": cmp.first_diff}
