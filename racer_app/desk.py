@@ -8,12 +8,16 @@ straight to the decode and meet the same rule in the queue (racer_app.fairqueue)
 from __future__ import annotations
 
 import logging
+import time
+import weakref
+from pathlib import Path
 from typing import Any, Callable
 
 import gradio as gr
 
 from . import fairqueue
 from .jobs import KIND_NAMES, QUEUED, RUNNING
+from .memtrim import Trimmer
 from .session import Session
 from .settings import Limits
 from .workspace import Workspace
@@ -22,6 +26,9 @@ log = logging.getLogger("racer_app")
 
 #: Views whose decodes the desk admits, in the order of `queue_tick`'s outputs.
 KINDS = ("race", "chat", "benchmark")
+#: How long after admission the page's decode may take to reach the queue (a round trip; the
+#: queue timer stops after this if it never arrives, e.g. when the queue was full).
+SEND_GRACE_S = 30.0
 #: The decode endpoints' API names (app.py) and the view each belongs to.
 API_KINDS = {"race": "race", "chat": "chat", "benchmark": "benchmark"}
 
@@ -43,6 +50,8 @@ class Desk:
         self.blocks: Any = None
         self.state: Any = None            # the gr.State holding each Session
         self.ended = 0                    # sessions tidied up (tests wait on this)
+        self.trim = Trimmer()
+        self._watched: set[str] = set()  # session ids whose folder has a finalizer
 
     def attach(self, blocks: Any, state: Any) -> None:
         """Called by app.py once the layout exists: the queue and the session state to read."""
@@ -95,7 +104,8 @@ class Desk:
         place = self.place(request)
         if place is None or place.position is None:
             job = sess.job if isinstance(sess, Session) else None
-            if place is None and job is not None and job.state == QUEUED and job.live and not job.stop.is_set():
+            if (place is None and job is not None and job.state == QUEUED and not job.stop.is_set()
+                    and time.monotonic() - job.created < SEND_GRACE_S):
                 return (gr.skip(),) * 4       # the page has not sent the decode yet
             return "", "", "", gr.Timer(active=False)
         kind = API_KINDS.get(place.api_name or "", "race")
@@ -126,6 +136,19 @@ class Desk:
         job.stop.set()
         return (f"⏹ Stopping the {job.name} at the next step…", gr.skip(), gr.skip())
 
+    def run_folder(self, sess: Session) -> Path:
+        """A fresh folder for this session's next benchmark run. The session's files go when it
+        ends; also if Gradio drops its state without a callback (its session cap evicts
+        silently), when the Session object itself is collected."""
+        if sess.id not in self._watched:
+            weakref.finalize(sess, self.workspace.remove_session, sess.id)
+            self._watched.add(sess.id)
+        return self.workspace.new_run(sess.id)
+
+    def decode_ended(self) -> None:
+        """After every decode (its KV caches and drafts are garbage now)."""
+        self.trim.request()
+
     # -- the end of a session --------------------------------------------------------------------
 
     def end_session(self, sess: Any) -> None:
@@ -135,6 +158,7 @@ class Desk:
         sess.release()
         self.workspace.remove_session(sess.id)
         self.ended += 1
+        self.trim.request()
 
     def session_expired(self, sess: Any) -> None:
         """gr.State's delete_callback: the state outlived its time to live (or was dropped)."""
@@ -152,4 +176,5 @@ class Desk:
         sess = blocks.session_value(h, state)
         if sess is not None:
             self.end_session(sess)
-            blocks.forget_session(h)
+        # Even when its state already expired: Gradio keeps the session's page state too.
+        blocks.forget_session(h)

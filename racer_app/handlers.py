@@ -282,6 +282,7 @@ class Studio:
             yield self._race_frame(status=msg, running=False, sess=sess)
         finally:
             sess.end(job)
+            self.desk.decode_ended()
 
     def _race(self, sess: Session, job: Job, prompt: str, system: str, vals: tuple[Any, ...],
               viewport: Any = None) -> Iterator[tuple]:
@@ -499,6 +500,7 @@ class Studio:
             yield (history, gr.skip(), msg) + idle
         finally:
             sess.end(job)
+            self.desk.decode_ended()
 
     def chat_reset(self, sess: Session | None) -> tuple:
         if isinstance(sess, Session):
@@ -545,6 +547,7 @@ class Studio:
             return (msg,) + skips + (gr.skip(),) + idle
         finally:
             sess.end(job)
+            self.desk.decode_ended()
 
     def _benchmark(self, sess: Session, job: Job, category: str, per_category: Any, max_new: Any,
                    methods: list[str], measure_curve: bool, vals: tuple, progress: Any, viewport: Any = None) -> tuple:
@@ -607,7 +610,7 @@ class Studio:
         # The report's figures are drawn on the page; only report.md and summary.json are
         # offered for download, so the folder holds just those (the plots' HTML pages and their
         # copy of plotly.js were 4.7 MB a run).
-        out_dir = self.desk.workspace.new_run(sess.id)
+        out_dir = self.desk.run_folder(sess)
         import json
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
         write_report(out_dir, summary, None, images=False)

@@ -594,6 +594,17 @@ def test_workspace_ages_out_runs_and_caps_the_total(tmp_path):
         ws.new_run("../escape")
 
 
+def test_a_session_dropped_without_a_callback_takes_its_files_with_it():
+    """Gradio's session cap evicts the oldest state silently; the files must not stay behind."""
+    st = studio()
+    sess = Session()
+    folder = st.desk.run_folder(sess).parent
+    (folder / "x").write_text("x")
+    del sess
+    gc.collect()
+    assert not folder.exists()
+
+
 # -- bounded memory ----------------------------------------------------------------------------------------
 
 def test_session_state_expires_and_the_number_of_sessions_is_bounded(app_lm):
@@ -658,7 +669,10 @@ def test_request_bodies_are_limited_before_they_are_read(server):
     with socket.create_connection((u.hostname, u.port), timeout=30) as sk:
         sk.sendall((f"POST /gradio_api/call/race HTTP/1.1\r\nHost: {u.hostname}\r\n"
                     f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode() + b'{"data": [')
-        reply = sk.recv(4096).decode("latin-1")     # answered with 50 MB still unsent: nothing waited for it
+        reply = b""
+        while chunk := sk.recv(4096):                # answered with 50 MB still unsent: nothing waited for it
+            reply += chunk
+        reply = reply.decode("latin-1")
     assert reply.startswith("HTTP/1.1 413") and "too large" in reply, reply[:200]
     # a body without a declared length is cut off as it streams past the limit
     import httpx
