@@ -19,6 +19,7 @@ from racer_app.format import (lane_header_html, legend_html, text_color_map)
 from racer_app.gpu import on_gpu, zero_gpu
 from racer_app.handlers import RACE_METHODS, Studio, example_label, load_examples
 from racer_app.models import ModelStore
+from racer_app.server import StudioBlocks
 from racer_app.session import Session
 from racer_app.settings import BREADTH_RULES, MERGE_CHOICES, Limits, allowed_models_from_env
 
@@ -48,13 +49,16 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
     decode = dict(concurrency_id="decode", concurrency_limit=lim.decode_concurrency)
     light = dict(concurrency_id="light", concurrency_limit=None, show_progress="hidden")
 
-    with gr.Blocks(title="RACER Studio") as demo:
-        sess = gr.State(Session)
+    with StudioBlocks(lim, title="RACER Studio") as demo:
+        # Expires `session_ttl_s` after the last decode that stored it (and when its tab closes:
+        # demo.unload below); Gradio keeps at most `max_sessions` of them (StudioBlocks.launch).
+        sess = gr.State(Session, time_to_live=lim.session_ttl_s, delete_callback=studio.desk.session_expired)
         # The browser's viewport width (set on load), so figures laid out in pixels fit phones.
         viewport = gr.Number(value=0, visible=False, elem_id="viewport")
         gr.HTML(HEADER)
         model_md = gr.Markdown("⏳ Loading the model…", elem_id="model-status")
         status_timer = gr.Timer(1.0, active=True)
+        queue_timer = gr.Timer(1.0, active=False)     # runs while this session's decode waits in the queue
 
         with gr.Tabs(elem_id="tabs") as tabs:
             # -- 1. Race ----------------------------------------------------------------------
@@ -76,6 +80,7 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                                     examples_per_page=8)
                         with gr.Accordion("Why these examples?", open=False):
                             gr.Markdown("\n".join(f"- **{e['title']}**: {e['why']}" for e in examples))
+                race_queue = gr.Markdown(elem_id="race-queue")
                 race_status = gr.Markdown(elem_id="race-status")
                 gr.HTML(legend_html(extra="Draft tokens the model accepted are coloured by where they came from."))
                 lane_out = []
@@ -118,8 +123,10 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                     with gr.Row():
                         chat_in = gr.Textbox(show_label=False, placeholder="Message…", scale=4, elem_id="chat-in")
                         send_btn = gr.Button("Send", variant="primary", scale=1, min_width=80)
-                        chat_stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
+                        chat_stop = gr.Button("Stop", variant="stop", scale=1, min_width=80, interactive=False,
+                                              elem_id="chat-stop")
                         reset_btn = gr.Button("Reset chat", scale=1, min_width=100)
+                    chat_queue = gr.Markdown(elem_id="chat-queue")
                     chat_status = gr.Markdown()
                 play_timer = gr.Timer(0.9, active=False)
                 playing = gr.State(False)
@@ -144,7 +151,8 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                                                "trees (capacity auto) is shown", scale=1)
                 with gr.Row(elem_classes=["racer-controls"]):
                     bench_btn = gr.Button("Run the benchmark", variant="primary", elem_id="bench-run")
-                    bench_stop = gr.Button("Stop", variant="stop", elem_id="bench-stop")
+                    bench_stop = gr.Button("Stop", variant="stop", elem_id="bench-stop", interactive=False)
+                bench_queue = gr.Markdown(elem_id="bench-queue")
                 bench_status = gr.Markdown(elem_id="bench-status")
                 overall_md = gr.Markdown(elem_classes=["racer-table"])
                 cat_md = gr.Markdown(elem_classes=["racer-table"])
@@ -190,7 +198,9 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                     s_cap = gr.Slider(1, 128, value=d.capacity, step=1, label="Fixed capacity (nodes incl. root)",
                                       info="RACER and Token Recycling get the same size")
                 with gr.Row():
-                    s_acap = gr.Slider(64, 100_000, value=d.automaton_capacity, step=64, label="Automaton capacity (nodes)")
+                    s_acap = gr.Slider(64, lim.max_automaton, value=d.automaton_capacity, step=64,
+                                       label="Automaton capacity (nodes)",
+                                       info=f"this server allows up to {lim.max_automaton:,}")
                     s_win = gr.Slider(2, 32, value=d.window, step=1, label="n-gram window")
                 with gr.Row():
                     s_topk = gr.Slider(1, 8, value=d.topk, step=1, label="Logits breadth K (copy-logit row length)")
@@ -221,12 +231,23 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
         insp_outputs = [insp_header, slider, sentence, tree_plot, step_cost, auto_plot, rows_html, insp_text]
         step_outputs = [sentence, tree_plot, step_cost, auto_plot, rows_html, insp_text]
 
+        # A decode button first asks the desk (light: it refuses a second decode of this session,
+        # or queues a job whose Stop works while it waits, and starts the queue timer); only then
+        # is the decode itself sent. API clients call the decode directly (the queue applies the
+        # same one-per-session rule).
+        desk = studio.desk
+        queue_lines = [race_queue, chat_queue, bench_queue]
+        queue_timer.tick(desk.queue_tick, [sess], queue_lines + [queue_timer], api_name="queue_status", **light)
+
         race_fn = on_gpu(duration=int(lim.time_limit_s) + 30)(studio.race)
-        race_ev = run_btn.click(race_fn, [sess, viewport, prompt, system] + settings,
-                                [race_status] + lane_out + [race_plot, verdict, run_btn, stop_btn, sess],
-                                show_progress="minimal", api_name="race", **decode)
+        race_ev = run_btn.click(desk.admitter("race"), [sess], [race_status, run_btn, stop_btn, race_queue, queue_timer],
+                                api_name=False, **light).success(
+            race_fn, [sess, viewport, prompt, system] + settings,
+            [race_status] + lane_out + [race_plot, verdict, run_btn, stop_btn, sess],
+            show_progress="minimal", api_name="race", **decode)
         race_ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
-        stop_btn.click(studio.stop, [sess], [race_status], cancels=[race_ev] if zero_gpu() else None, api_name="stop", **light)
+        stop_btn.click(studio.stop, [sess], [race_status, run_btn, stop_btn],
+                       cancels=[race_ev] if zero_gpu() else None, api_name="stop", **light)
 
         tab_insp.select(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name="inspector", **light)
         slider.change(studio.inspector_show, [sess, slider, viewport], step_outputs, api_name="inspector_step", **light)
@@ -238,20 +259,25 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
 
         chat_fn = on_gpu(duration=int(lim.time_limit_s) + 30)(studio.chat)
         chat_args = dict(fn=chat_fn, inputs=[sess, chat_in, system] + settings,
-                         outputs=[chatbot, chat_in, chat_status, send_btn, sess], show_progress="minimal", **decode)
-        chat_send = send_btn.click(api_name="chat", **chat_args)
-        for ev in (chat_send, chat_in.submit(api_name=False, **chat_args)):
+                         outputs=[chatbot, chat_in, chat_status, send_btn, sess, chat_stop], show_progress="minimal",
+                         **decode)
+        chat_admit = dict(fn=desk.admitter("chat"), inputs=[sess],
+                          outputs=[chat_status, send_btn, chat_stop, chat_queue, queue_timer], api_name=False, **light)
+        chat_send = send_btn.click(**chat_admit).success(api_name="chat", **chat_args)
+        for ev in (chat_send, chat_in.submit(**chat_admit).success(api_name=False, **chat_args)):
             ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
-        chat_stop.click(studio.stop, [sess], [chat_status], api_name=False, **light)
+        chat_stop.click(studio.stop, [sess], [chat_status, send_btn, chat_stop], api_name=False, **light)
         reset_btn.click(studio.chat_reset, [sess], [chatbot, chat_status], api_name="chat_reset", **light)
 
-        bench_fn = on_gpu(duration=int(lim.time_limit_s) * 4 + 60)(studio.benchmark)
-        bench_btn.click(bench_fn, [sess, viewport, b_cat, b_n, b_max, b_methods, b_curve] + settings,
-                        [bench_status, overall_md, cat_md, b_fig, acc_fig, lat_fig, tvt_fig, cost_fig, cost_md, files,
-                         sess], api_name="benchmark", **decode)
+        bench_fn = on_gpu(duration=int(lim.bench_time_limit_s) + 60)(studio.benchmark)
+        bench_btn.click(desk.admitter("benchmark"), [sess], [bench_status, bench_btn, bench_stop, bench_queue, queue_timer],
+                        api_name=False, **light).success(
+            bench_fn, [sess, viewport, b_cat, b_n, b_max, b_methods, b_curve] + settings,
+            [bench_status, overall_md, cat_md, b_fig, acc_fig, lat_fig, tvt_fig, cost_fig, cost_md, files,
+             sess, bench_btn, bench_stop], api_name="benchmark", **decode)
         tab_bench.select(studio.bench_initial, [sess, viewport], [bench_status, overall_md, cat_md, b_fig, acc_fig, lat_fig,
                                                          tvt_fig, cost_fig, cost_md, files], api_name=False, **light)
-        bench_stop.click(studio.stop, [sess], [bench_status], api_name=False, **light)
+        bench_stop.click(studio.stop, [sess], [bench_status, bench_btn, bench_stop], api_name=False, **light)
 
         # Light: the preset run behind these figures is made once, in the background after start-up.
         explain_fn = on_gpu(duration=60)(studio.explainer)
@@ -266,7 +292,12 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                     d.merge, d.temperature, d.top_p, d.seed, d.max_new_tokens]
         s_reset.click(restore, None, settings, api_name=False, **light)
 
-    demo.queue(default_concurrency_limit=lim.decode_concurrency, max_size=64)
+        # The tab closed or reloaded: its session's data, job and benchmark files go now.
+        demo.unload(desk.session_closed)
+
+    demo.queue(default_concurrency_limit=lim.decode_concurrency, max_size=lim.queue_size)
+    desk.attach(demo, sess)
+    demo.racer_studio = studio      # tests and scripts reach the desk and workspace through it
     return demo
 
 

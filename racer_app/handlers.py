@@ -14,7 +14,6 @@ import functools
 import gc
 import logging
 import re
-import tempfile
 import threading
 import time
 import traceback
@@ -33,11 +32,13 @@ from visuals.bench_figures import bench_figures
 from . import explainer as X
 from .format import (METHOD_TITLES, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, sizing_md,
                      step_sentence, trace_header_md, verdict_md)
+from .desk import Desk
 from .inspector import clamp_step, empty_figure, fluid, render_step, step_of_span
+from .jobs import Job
 from .models import ModelStore
 from .session import Session, Trace, bound_detail
-from .settings import (FIELDS, Limits, Settings, capacity_value, cost_curve_figure_data, default_settings,
-                       make_sizer, racer_options, settings_from_values, uses_auto, validate)
+from .settings import (FIELDS, Limits, Settings, capacity_value, clamp_count, cost_curve_figure_data,
+                       default_settings, make_sizer, racer_options, settings_from_values, uses_auto, validate)
 
 log = logging.getLogger("racer_app")
 
@@ -148,8 +149,15 @@ class Studio:
                 dev, dt = torch.device("cpu"), torch.float32
         self.limits = limits or Limits.for_device(dev.type)
         self.defaults: Settings = default_settings(dev.type, str(dt).replace("torch.", ""))
+        self.defaults.automaton_capacity = min(self.defaults.automaton_capacity, self.limits.max_automaton)
         self._preset_lock = threading.Lock()
         self.warming: str | None = None
+        # Admission, Stop, queue position, the end of sessions and the benchmark folders.
+        self.desk = Desk(self.limits)
+
+    @property
+    def max_session_bytes(self) -> int:
+        return int(self.limits.session_mb * 2**20)
 
     @property
     def max_chars(self) -> int:
@@ -225,9 +233,11 @@ class Studio:
         dev = f"**{lm.device}** · **{str(lm.dtype).replace('torch.', '')}** · context {lm.max_context} tokens" \
             if lm is not None else "(model loading)"
         return (f"Device and dtype: {dev}.  \nServer limits: up to **{lim.max_new_tokens}** new tokens, prompts up "
-                f"to **{lim.max_prompt_tokens}** tokens, **{lim.time_limit_s:.0f} s** per request, "
+                f"to **{lim.max_prompt_tokens}** tokens, **{lim.time_limit_s:.0f} s** per request "
+                f"({lim.bench_time_limit_s:.0f} s and {lim.bench_max_runs} prompt × method runs per benchmark), "
                 f"{lim.decode_concurrency} decode{'s' if lim.decode_concurrency > 1 else ''} at a time "
-                f"(others wait in the queue), pictures for the first {lim.inspector_steps} steps of a run.")
+                f"(others wait in the queue; one waiting or running decode per visitor), automata of up to "
+                f"{lim.max_automaton:,} nodes, pictures for the first {lim.inspector_steps} steps of a run.")
 
     # -- race ----------------------------------------------------------------------------------
 
@@ -255,9 +265,13 @@ class Studio:
     def race(self, sess: Session | None, viewport: Any, prompt: str, system: str, *vals: Any) -> Iterator[tuple]:
         """Stream a fair three-way race (see racer.race)."""
         sess = sess if isinstance(sess, Session) else Session()
-        yield self._race_frame(status="Preparing the race…", clear=True, verdict="", running=True)
+        job = sess.begin("race")
         try:
-            yield from self._race(sess, prompt, system, vals, viewport)
+            if job.stop.is_set():     # Stop was pressed while it waited in the queue
+                yield self._race_frame(status="⏹ Stopped before it started.", running=False, sess=sess)
+                return
+            yield self._race_frame(status="Preparing the race…", clear=True, verdict="", running=True)
+            yield from self._race(sess, job, prompt, system, vals, viewport)
         except UserError as e:
             gr.Warning(str(e))
             yield self._race_frame(status=f"⚠️ {e}", running=False, sess=sess)
@@ -266,8 +280,11 @@ class Studio:
             msg = fault_message(e, self.store.peek())
             release_memory(e)
             yield self._race_frame(status=msg, running=False, sess=sess)
+        finally:
+            sess.end(job)
+            self.desk.decode_ended()
 
-    def _race(self, sess: Session, prompt: str, system: str, vals: tuple[Any, ...],
+    def _race(self, sess: Session, job: Job, prompt: str, system: str, vals: tuple[Any, ...],
               viewport: Any = None) -> Iterator[tuple]:
         notes: list[str] = []
         prompt = clean_text(prompt, "prompt", self.max_chars, notes)
@@ -281,7 +298,7 @@ class Studio:
         lm = self._model(s)
         ids = self._prompt_ids(lm, prompt, system)
         cfg = self._config(lm, s, len(ids), notes)
-        stop = sess.begin()
+        stop = job.stop
         if uses_auto(s) and lm.cost_curve is None:
             yield self._race_frame(status="⏳ Measuring this machine's cost curve (once per machine; up to a minute "
                                           "on a small CPU)…")
@@ -329,6 +346,8 @@ class Studio:
         sess.race_summary = race.summary()
         rl = race.lanes["racer"]
         sess.trace = self.trace_from(lm, racer_steps, ids, "race", prompt.strip().splitlines()[0], s, rl.stop_reason)
+        notes += sess.fit(self.max_session_bytes)
+        note = self._notes_md(notes)
         chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
         verdict = verdict_md(race.lanes, cmp, cfg.temperature <= 0, functools.partial(_decode_many_raw, tok),
                              race.stop_reason, chosen)
@@ -340,10 +359,9 @@ class Studio:
                                plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH), viewport),
                                verdict=verdict, running=False, sess=sess)
 
-    def stop(self, sess: Session | None) -> str:
-        if isinstance(sess, Session):
-            sess.stop.set()
-        return "⏹ Stopping at the next step…"
+    async def stop(self, sess: Session | None, request: gr.Request) -> tuple:
+        """Outputs: status, the view's go button, its Stop button (see Desk.stop)."""
+        return await self.desk.stop(sess, request)
 
     # -- inspector (pure functions of the session's trace) ---------------------------------------------
 
@@ -404,10 +422,15 @@ class Studio:
     # -- chat (RACER with an automaton that persists across turns) ----------------------------------
 
     def chat(self, sess: Session | None, message: str, system: str, *vals: Any) -> Iterator[tuple]:
-        """Outputs: chatbot, input box, chat status, send button, state."""
+        """Outputs: chatbot, input box, chat status, send button, state, Stop button."""
         sess = sess if isinstance(sess, Session) else Session()
         history = list(sess.chat_messages)
+        job = sess.begin("chat")
+        idle = (gr.Button(interactive=True), sess, gr.Button(interactive=False))
         try:
+            if job.stop.is_set():     # Stop was pressed while it waited in the queue
+                yield (gr.skip(), gr.skip(), "⏹ Stopped before it started.") + idle
+                return
             notes: list[str] = []
             message = clean_text(message, "message", self.max_chars, notes)
             system = clean_text(system, "system prompt", self.max_chars, notes)
@@ -433,11 +456,12 @@ class Studio:
                 sess.chat_key = key
                 sess.chat_fed = []
             new_from = common_prefix(sess.chat_fed, ids)
-            stop = sess.begin()
+            stop = job.stop
             kw = {"sizer": sess.chat_sizer} if getattr(sess, "chat_sizer", None) is not None else {}
             run = DecodeRun(lm, ids, sess.chat_drafter, cfg, stop_event=stop, new_from=new_from, **kw)
             shown = history + [{"role": "user", "content": message}, {"role": "assistant", "content": ""}]
-            yield shown, "", "RACER is writing… (Stop ends it)", gr.Button(interactive=False), gr.skip()
+            yield (shown, "", "RACER is writing… (Stop ends it)", gr.Button(interactive=False), gr.skip(),
+                   gr.Button(interactive=True))
             tok = lm.tokenizer
             out: list[int] = []
             steps = []
@@ -449,12 +473,13 @@ class Studio:
                 if now - last >= TEXT_EVERY_S:
                     last = now
                     shown[-1] = {"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)}
-                    yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
             res = run.result
             text = res.text
             sess.chat_messages = msgs + [{"role": "assistant", "content": text}]
             sess.chat_fed = list(ids) + list(res.token_ids)
             sess.trace = self.trace_from(lm, steps, ids, "chat", message.strip().splitlines()[0], s, res.stop_reason)
+            notes += sess.fit(self.max_session_bytes)
             size = (steps[-1].info.get("automaton_size") if steps and steps[-1].info else None)
             if size is None and len(steps) > 1:
                 size = steps[-2].info.get("automaton_size")
@@ -464,16 +489,18 @@ class Studio:
                   f"{f' and now holds {size} nodes' if size else ''}; the prompt's first {new_from} tokens were "
                   f"already known to it. The inspector above now shows this turn.")
             note = self._notes_md(notes)
-            yield (sess.chat_messages, gr.skip(), st + (f"  \n{note}" if note else ""), gr.Button(interactive=True),
-                   sess)
+            yield (sess.chat_messages, gr.skip(), st + (f"  \n{note}" if note else "")) + idle
         except UserError as e:
             gr.Warning(str(e))
-            yield gr.skip(), gr.skip(), f"⚠️ {e}", gr.Button(interactive=True), sess
+            yield (gr.skip(), gr.skip(), f"⚠️ {e}") + idle
         except Exception as e:  # noqa: BLE001
             log.error("chat failed: %s", traceback.format_exc())
             msg = fault_message(e, self.store.peek())
             release_memory(e)
-            yield history, gr.skip(), msg, gr.Button(interactive=True), sess
+            yield (history, gr.skip(), msg) + idle
+        finally:
+            sess.end(job)
+            self.desk.decode_ended()
 
     def chat_reset(self, sess: Session | None) -> tuple:
         if isinstance(sess, Session):
@@ -495,55 +522,53 @@ class Studio:
                   window: Any, topk: Any, breadth_rule: Any, merge: Any, temperature: Any, top_p: Any, seed: Any,
                   max_new_tokens: Any, progress: gr.Progress = gr.Progress()) -> tuple:
         """Run part of the shipped benchmark on this hardware. Outputs: status, overall table,
-        category table, 5 figures, cost note, report files, state. (Settings are spelled out:
-        Gradio finds the progress tracker only among positional parameters.)"""
+        category table, 5 figures, cost note, report files, state, Run button, Stop button.
+        (Settings are spelled out: Gradio finds the progress tracker only among positional
+        parameters.)"""
         vals = (model, capacity_mode, capacity, automaton_capacity, window, topk, breadth_rule, merge, temperature,
                 top_p, seed, max_new_tokens)
         sess = sess if isinstance(sess, Session) else Session()
-        n_out = 11
+        job = sess.begin("benchmark")
+        idle = (gr.Button(interactive=True), gr.Button(interactive=False))
+        skips = (gr.skip(),) * 9
         try:
-            return self._benchmark(sess, category, per_category, max_new, methods, measure_curve, vals, progress,
-                                   viewport)
+            if job.stop.is_set():     # Stop was pressed while it waited in the queue
+                return ("⏹ Stopped before it started.",) + skips + (sess,) + idle
+            return self._benchmark(sess, job, category, per_category, max_new, methods, measure_curve, vals, progress,
+                                   viewport) + idle
         except UserError as e:
             gr.Warning(str(e))
-            return (f"⚠️ {e}",) + (gr.skip(),) * (n_out - 1)
+            return (f"⚠️ {e}",) + skips + (gr.skip(),) + idle
         except Exception as e:  # noqa: BLE001
             log.error("benchmark failed: %s", traceback.format_exc())
             msg = fault_message(e, self.store.peek()) if is_oom(e) else \
                 f"❌ The benchmark failed: {e.__class__.__name__}: {e}"
             release_memory(e)
-            return (msg,) + (gr.skip(),) * (n_out - 1)
+            return (msg,) + skips + (gr.skip(),) + idle
+        finally:
+            sess.end(job)
+            self.desk.decode_ended()
 
-    def _benchmark(self, sess: Session, category: str, per_category: Any, max_new: Any, methods: list[str],
-                   measure_curve: bool, vals: tuple, progress: Any, viewport: Any = None) -> tuple:
+    def _benchmark(self, sess: Session, job: Job, category: str, per_category: Any, max_new: Any,
+                   methods: list[str], measure_curve: bool, vals: tuple, progress: Any, viewport: Any = None) -> tuple:
         from racer.bench import BenchSettings, build_summary, context_lengths, load_rows, measure_cost_curve, run_rows
         from racer.bench.methods import LoopMethod
         from racer.bench.report import write_report
 
         s, notes = self._settings(vals)
-        methods = [m for m in (methods or []) if m]
-        if "ar" not in methods:
-            methods = ["ar"] + methods
-            notes.append("plain decoding (ar) added: speed-ups are measured against it")
-        if len(methods) < 2:
-            raise UserError("Pick at least one method besides plain decoding.")
-        try:
-            n = int(float(per_category))
-        except (TypeError, ValueError):
-            n = 1
+        methods = bench_methods(methods, notes)
+        n = clamp_count(per_category, "prompts per category", 1, 5, 1, notes)
         cats = None if not category or category == "all" else [category]
-        rows, skipped = load_rows(None, categories=cats, per_category=max(1, n))
-        if len(rows) > self.limits.bench_max_prompts:
-            notes.append(f"{len(rows)} prompts asked; this server runs up to {self.limits.bench_max_prompts}")
-            rows = rows[: self.limits.bench_max_prompts]
-        try:
-            max_new_i = int(float(max_new))
-        except (TypeError, ValueError):
-            max_new_i = 64
+        rows, skipped = load_rows(None, categories=cats, per_category=n)
+        lim = self.limits
+        most = max(1, min(lim.bench_max_prompts, lim.bench_max_runs // len(methods)))
+        if len(rows) > most:
+            why = (f"this server runs up to {lim.bench_max_prompts}" if most == lim.bench_max_prompts else
+                   f"this server decodes up to {lim.bench_max_runs} prompt × method runs per benchmark")
+            notes.append(f"{len(rows)} prompts asked; {why}, so the first {most} run")
+            rows = rows[:most]
         cap = min(self.limits.max_new_tokens, 256)
-        if not 8 <= max_new_i <= cap:
-            notes.append(f"max new tokens {max_new_i} outside 8–{cap}; using {min(max(max_new_i, 8), cap)}")
-            max_new_i = min(max(max_new_i, 8), cap)
+        max_new_i = clamp_count(max_new, "new tokens per prompt", 8, cap, min(64, cap), notes)
         lm = self._model(s)
         opts = racer_options(s)
         bms = [LoopMethod(m, (lambda lm_, m=m: make_drafter(m, vocab_size=lm_.vocab_size, **opts)))
@@ -551,10 +576,10 @@ class Studio:
         st = BenchSettings(max_new_tokens=max_new_i, capacity=capacity_value(s), temperature=s.temperature,
                            top_p=s.top_p, seed=s.seed, repeats=1, warmup=1, warmup_tokens=16)
         total = sum(len(r.turns) for r in rows) * len(methods)
-        stop = sess.begin()
+        stop = job.stop
         t0 = time.perf_counter()
         done = [0]
-        limit_s = self.limits.time_limit_s * 4
+        limit_s = self.limits.bench_time_limit_s
 
         class _Stopped(KeyboardInterrupt):
             """Ends the run between two results; racer.bench keeps what finished."""
@@ -581,10 +606,15 @@ class Studio:
                 notes.append(f"cost curve failed: {e}")
         summary = build_summary(lm, run, command="RACER Studio app", data={"questions_run": len(rows)},
                                 cost_curve=curve)
-        out_dir = Path(tempfile.mkdtemp(prefix="racer-bench-"))
+        # In this session's folder (removed with the session, by age and by the total-size cap).
+        # The report's figures are drawn on the page; only report.md and summary.json are
+        # offered for download, so the folder holds just those (the plots' HTML pages and their
+        # copy of plotly.js were 4.7 MB a run).
+        out_dir = self.desk.run_folder(sess)
         import json
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
-        write_report(out_dir, summary, bench_figures(summary), images=False)
+        write_report(out_dir, summary, None, images=False)
+        self.desk.workspace.sweep(keep=out_dir)
         state = "⏹ Stopped early; the tables cover what finished." if run.interrupted else "✅ Done."
         status = (f"{state} {len(run.results)} runs ({len(rows)} prompts × {len(methods)} methods) on "
                   f"**{summary.get('hardware') or lm.device}** in {time.perf_counter() - t0:.0f} s, "
@@ -593,6 +623,10 @@ class Studio:
             status += "  \n" + self._notes_md(notes)
         files = [str(out_dir / "report.md"), str(out_dir / "summary.json")]
         sess.bench_summary = summary
+        sess.bench_files = files
+        more = sess.fit(self.max_session_bytes)
+        if more:
+            status += "  \n" + self._notes_md(more)
         return self.bench_view(summary, status, files, viewport) + (sess,)
 
     def bench_view(self, summary: dict[str, Any], status: str, files: list[str] | None, viewport: Any = None) -> tuple:
@@ -738,6 +772,31 @@ class Studio:
             return gr.skip(), gr.skip()
         sess.trace = preset.trace
         return sess, gr.Tabs(selected="inspector")
+
+
+def bench_methods(methods: Any, notes: list[str]) -> list[str]:
+    """The benchmark's methods in the order given, each once, plain decoding first if missing
+    (speed-ups are measured against it); raises UserError when nothing is left to compare."""
+    picked = methods if isinstance(methods, (list, tuple)) else ([methods] if methods else [])
+    out: list[str] = []
+    twice: list[str] = []
+    for m in picked:
+        m = str(m).strip() if m is not None else ""
+        if not m:
+            continue
+        if m in out:
+            if m not in twice:
+                twice.append(m)
+            continue
+        out.append(m)
+    if twice:
+        notes.append(f"{', '.join(twice)} listed more than once; each method runs once")
+    if "ar" not in out:
+        out = ["ar"] + out
+        notes.append("plain decoding (ar) added: speed-ups are measured against it")
+    if len(out) < 2:
+        raise UserError("Pick at least one method besides plain decoding.")
+    return out
 
 
 def find_shipped_summary() -> tuple[Path, dict[str, Any]] | None:

@@ -31,9 +31,22 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+def _env_float(name: str, default: float) -> float:
+    try:
+        v = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return v if math.isfinite(v) else default
+
+
+#: The largest automaton a visitor may ask for anywhere (the Settings slider's end on a GPU).
+AUTOMATON_MAX = 100_000
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Per-request bounds for this server."""
+    """Per-request and per-session bounds for this server (docs/RELIABILITY.md lists them with
+    the environment variables that change them)."""
     max_new_tokens: int          # clamp for any decode
     max_prompt_tokens: int       # refuse longer prompts (in tokens, after the chat template)
     time_limit_s: float          # wall time for one request (race: all three methods)
@@ -42,6 +55,17 @@ class Limits:
     chat_turns: int              # turns a chat keeps before asking for a reset
     decode_concurrency: int      # decodes running at once (queue the rest)
     on_gpu: bool
+    # Fair share and bounded resources; the defaults are a CPU Space's (see `for_device`).
+    bench_max_runs: int = 24             # prompts x methods one benchmark request may decode
+    bench_time_limit_s: float = 240.0    # wall time for one benchmark request
+    max_automaton: int = 20_000          # automaton nodes a visitor may choose
+    session_ttl_s: float = 3600.0        # session state kept this long after its last decode
+    max_sessions: int = 300              # sessions whose state is kept at once (oldest dropped)
+    session_mb: float = 24.0             # state one session may hold (pictures dropped beyond it)
+    files_max_age_s: float = 3600.0      # benchmark report files kept at most this long
+    files_max_mb: float = 256.0          # all sessions' benchmark files together
+    max_body_mb: float = 2.0             # an HTTP request body larger than this is refused unread
+    queue_size: int = 64                 # events waiting in the queue at once
 
     @classmethod
     def for_device(cls, device_type: str) -> "Limits":
@@ -55,6 +79,16 @@ class Limits:
             chat_turns=_env_int("RACER_CHAT_TURNS", 12),
             decode_concurrency=_env_int("RACER_DECODE_CONCURRENCY", 2 if gpu else 1),
             on_gpu=gpu,
+            bench_max_runs=_env_int("RACER_BENCH_MAX_RUNS", 400 if gpu else 24),
+            bench_time_limit_s=_env_float("RACER_BENCH_TIME_LIMIT_S", 480 if gpu else 240),
+            max_automaton=min(AUTOMATON_MAX, _env_int("RACER_MAX_AUTOMATON", AUTOMATON_MAX if gpu else 20_000)),
+            session_ttl_s=_env_float("RACER_SESSION_TTL_S", 3600),
+            max_sessions=_env_int("RACER_MAX_SESSIONS", 1000 if gpu else 300),
+            session_mb=_env_float("RACER_SESSION_MB", 64 if gpu else 24),
+            files_max_age_s=_env_float("RACER_FILES_MAX_AGE_S", 3600),
+            files_max_mb=_env_float("RACER_FILES_MAX_MB", 256),
+            max_body_mb=_env_float("RACER_MAX_BODY_MB", 2),
+            queue_size=_env_int("RACER_QUEUE_SIZE", 64),
         )
 
 
@@ -116,6 +150,8 @@ def _clamp_num(name: str, value: Any, lo: float, hi: float, default: float, note
     label = label or name.replace("_", " ")
     default = min(max(default, lo), hi)  # a default above a lowered server limit must not slip through
     try:
+        if isinstance(value, bool):  # float(True) is 1.0: a checkbox value is not a count
+            raise TypeError
         v = float(value)
         if math.isnan(v):
             raise ValueError
@@ -133,6 +169,12 @@ def _clamp_num(name: str, value: Any, lo: float, hi: float, default: float, note
         notes.append(f"{label} {v:g} is outside {lo:g}–{hi:g}; using {c:g}")
         v = c
     return int(v) if integer else float(v)
+
+
+def clamp_count(value: Any, label: str, lo: int, hi: int, default: int, notes: list[str]) -> int:
+    """An integer input outside the Settings view (benchmark sizes), clamped with a note like
+    every setting: NaN, text or a checkbox value get the default, with a note."""
+    return _clamp_num(label, value, lo, hi, default, notes, label=label)
 
 
 def validate(raw: dict[str, Any] | Settings, limits: Limits, allowed_models: list[str] | None = None,
@@ -156,7 +198,8 @@ def validate(raw: dict[str, Any] | Settings, limits: Limits, allowed_models: lis
     s.capacity = _clamp_num("capacity", d.get("capacity", base.capacity), 1, 128, base.capacity, notes,
                             label="tree capacity")
     s.automaton_capacity = _clamp_num("automaton_capacity", d.get("automaton_capacity", base.automaton_capacity),
-                                      64, 100_000, base.automaton_capacity, notes, label="automaton capacity")
+                                      64, limits.max_automaton, base.automaton_capacity, notes,
+                                      label="automaton capacity")
     s.window = _clamp_num("window", d.get("window", base.window), 2, 32, base.window, notes, label="n-gram window")
     s.topk = _clamp_num("topk", d.get("topk", base.topk), 1, 8, base.topk, notes, label="logits breadth (top-k)")
     rule = str(d.get("breadth_rule") or base.breadth_rule)

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/load_test.py                 # tiny random model, 16 clients
     .venv/bin/python scripts/load_test.py --clients 8 --max-new 16 --timeout 120
+    .venv/bin/python scripts/load_test.py --model real    # the embedded default model: see scripts/load_real.py
 
 The server runs in a child process (so its memory is measured alone) on 127.0.0.1 with the
 tiny model (no downloads) and CPU limits: one decode at a time, light handlers unlimited.
@@ -209,15 +210,29 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=["tiny", "real"], default="tiny",
+                    help="tiny: the random tiny model; real: the embedded default model as app.py serves it")
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--max-new", type=int, default=24)
-    ap.add_argument("--timeout", type=float, default=170.0, help="overall bound (seconds)")
-    ap.add_argument("--rss-slack", type=float, default=64.0, help="MB the server may stay above its baseline")
+    ap.add_argument("--max-new", type=int, default=None, help="new tokens per request (tiny 24, real 32)")
+    ap.add_argument("--timeout", type=float, default=170.0, help="tiny model: overall bound (seconds)")
+    ap.add_argument("--rss-slack", type=float, default=None,
+                    help="MB the server may stay above its baseline (tiny 64, real 160)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import load_real
+    load_real.add_args(ap)
     args = ap.parse_args()
+    real = args.model == "real"
+    args.max_new = args.max_new or (32 if real else 24)
+    args.rss_slack = args.rss_slack if args.rss_slack is not None else (160.0 if real else 64.0)
     if args.serve:
-        serve(args.serve, args.max_new)
+        if real:
+            load_real.serve(args.serve)
+        else:
+            serve(args.serve, args.max_new)
         return 0
+    if real:
+        return load_real.run(args)
     args.clients = max(1, min(args.clients, 48))
 
     import psutil

@@ -33,16 +33,31 @@ def app_lm():
     return make_lm()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, app_lm):
-    import os
-    os.environ["RACER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+def launch(lm, limits=LIMITS):
     import app
-    demo = app.build_app(app_lm, limits=LIMITS)
+    demo = app.build_app(lm, limits=limits)
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_kwargs())
-    yield f"http://127.0.0.1:{port}/"
+    return demo, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory, app_lm):
+    import os
+    os.environ["RACER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    demo, url = launch(app_lm)
+    yield demo, url
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def server(app_server):
+    return app_server[1]
+
+
+@pytest.fixture(scope="module")
+def demo(app_server):
+    return app_server[0]
 
 
 def studio(lm=None, **limits) -> Studio:
@@ -266,6 +281,8 @@ def test_inspector_detail_is_bounded():
     tr = sess.trace
     assert tr.n > 3 and tr.detail_steps == 3 and tr.truncated
     assert all("automaton" not in s.info for s in tr.steps[3:])
+    # nor in the drafter's tree, which held a second reference (so the pictures were never freed)
+    assert all("automaton" not in s.tree.info and "copy_rows" not in s.tree.info for s in tr.steps[3:])
     from racer_app.format import trace_header_md
     assert "Pictures are kept for the first 3 steps" in trace_header_md(tr)
 
@@ -292,10 +309,13 @@ class _Slow(Race):
     `finished` gets an entry when one is iterated to its end (not when its generator is closed)."""
     live: "weakref.WeakSet[Race]" = weakref.WeakSet()
     finished: "list[bool]" = []
+    made: "list[int]" = []              # max new tokens of every race constructed
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.slow = next(iter(self.lanes.values())).run.cfg.max_new_tokens == 64
+        n = next(iter(self.lanes.values())).run.cfg.max_new_tokens
+        self.slow = n == 64
+        _Slow.made.append(n)
         _Slow.live.add(self)
 
     def __iter__(self):
@@ -381,3 +401,350 @@ def test_is_oom():
     assert is_oom(RuntimeError("CUDA error: out of memory"))
     assert is_oom(MemoryError())
     assert not is_oom(RuntimeError("shape mismatch")) and not is_oom(ValueError("out of memory"))
+
+
+# -- fair share: Stop while queued, one decode per session, the queue position (issue 26) -------------------
+
+def wait_for(cond, what: str, timeout: float = 120.0, every: float = 0.05):
+    """Wait until `cond()` holds (an event, not a timing claim: the deadline only ends a hung test)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def slow_running() -> bool:
+    return any(x.slow for x in list(_Slow.live))
+
+
+def place_of(demo, c):
+    from racer_app import fairqueue
+    return fairqueue.of(demo).place(c.session_hash)
+
+
+def waiting(demo, c) -> bool:
+    p = place_of(demo, c)
+    return p is not None and p.position is not None
+
+
+def test_stop_while_queued_takes_the_request_out_before_it_starts(server, demo, monkeypatch):
+    """Finding: a Stop pressed while the race waited was lost (the job replaced its stop switch
+    when it started) and the race ran to its end."""
+    import racer_app.handlers as H
+    monkeypatch.setattr(H, "Race", _Slow)
+    _Slow.made.clear()
+    a, b = client(server), client(server)
+    ja = a.submit(0, PROMPT, "", *settings(max_new=64), api_name="/race")
+    wait_for(slow_running, "the first race to hold the decode slot")
+    jb = b.submit(0, PROMPT, "", *settings(max_new=24), api_name="/race")
+    wait_for(lambda: waiting(demo, b), "the second race to wait in the queue")
+    status = b.predict(api_name="/stop")        # the buttons are not part of the API: the status only
+    assert "taken out of the queue" in status, status
+    assert place_of(demo, b) is None                       # out of the queue at once, not when its turn comes
+    assert jb.result(timeout=60)[0] == {"__type__": "update"}      # completed, changing nothing
+    assert "Finished" in ja.result(timeout=120)[0]
+    assert 24 not in _Slow.made, "the stopped race ran anyway"
+    # and the same session may race again straight away
+    assert "Finished" in race(b, max_new=8)["status"]
+
+
+def test_stop_pressed_before_the_decode_is_sent_is_kept():
+    """The page queues a job before it sends the decode; a Stop in between ends it at once."""
+    import asyncio
+    st = studio()
+    sess = Session()
+    st.desk.admit("race", sess, None)
+    status = asyncio.run(st.desk.stop(sess, None))[0]
+    assert "will not start" in status, status
+    frame = last_frame(st.race(sess, 0, PROMPT, "", *settings(max_new=8)))
+    assert "Stopped before it started" in frame[0], frame[0]
+    assert sess.trace is None and not sess.busy
+
+
+def _props(demo, elem_id):
+    return next(c["props"] for c in demo.config["components"] if c.get("props", {}).get("elem_id") == elem_id)
+
+
+def prop(update, name):
+    """A property of a handler's update (a component instance in Gradio 6, a dict over the API)."""
+    return update.get(name) if isinstance(update, dict) else getattr(update, name)
+
+
+def test_stop_buttons_are_live_only_when_there_is_something_to_stop(demo):
+    """Finding: the benchmark's and the chat's Stop buttons were always enabled."""
+    for eid in ("stop", "chat-stop", "bench-stop"):
+        assert _props(demo, eid).get("interactive") is False, eid
+    st = studio()
+    for kind in ("race", "chat", "benchmark"):
+        sess = Session()
+        status, go, stop, _line, timer = st.desk.admit(kind, sess, None)
+        assert prop(go, "interactive") is False and prop(stop, "interactive") is True and prop(timer, "active")
+    # every decode ends with its Stop switched off and its go button on
+    sess = Session()
+    assert prop(last_frame(st.race(sess, 0, PROMPT, "", *settings(max_new=8)))[-2], "interactive") is False
+    assert prop(last_frame(st.chat(sess, "abc abc", "", *settings(max_new=8)))[-1], "interactive") is False
+    out = st.benchmark(sess, 0, "code", 1, 8, ["ar", "racer"], False, *settings(max_new=8))
+    assert prop(out[-2], "interactive") is True and prop(out[-1], "interactive") is False, out[0]
+    # nothing to stop: Stop answers so and switches itself off
+    import asyncio
+    status, go, stop = asyncio.run(st.desk.stop(Session(), None))
+    assert "Nothing" in status and prop(stop, "interactive") is False
+
+
+def test_one_decode_per_session_and_a_flood_waits_its_turn(server, demo, monkeypatch):
+    """Finding: one visitor could queue any number of decodes (two queued from one session)."""
+    from gradio_client.exceptions import ValidationError
+    import racer_app.handlers as H
+    monkeypatch.setattr(H, "Race", _Slow)
+    flood, other = client(server), client(server)
+    first = flood.submit(0, PROMPT, "", *settings(max_new=64), api_name="/race")
+    wait_for(slow_running, "the flooding client's race to start")
+    refused = 0
+    for _ in range(5):
+        try:
+            flood.submit(0, PROMPT, "", *settings(max_new=8), api_name="/race").result(timeout=60)
+        except ValidationError as e:
+            assert "already has a race waiting or running" in str(e), str(e)
+            refused += 1
+    with pytest.raises(ValidationError, match="one decode per visitor"):
+        flood.predict("abc", "", *settings(max_new=8), api_name="/chat")
+    assert refused == 5
+    # another visitor still gets in, as the next one
+    job = other.submit(0, PROMPT, "", *settings(max_new=8), api_name="/race")
+    wait_for(lambda: waiting(demo, other) or job.done(), "the other client's race to join the queue")
+    p = place_of(demo, other)
+    assert p is None or p.position == 1, p
+    assert "Finished" in first.result(timeout=120)[0] and "Finished" in job.result(timeout=120)[0]
+
+
+def test_the_queue_position_is_shown(server, demo, monkeypatch):
+    import racer_app.handlers as H
+    monkeypatch.setattr(H, "Race", _Slow)
+    a, b = client(server), client(server)
+    ja = a.submit(0, PROMPT, "", *settings(max_new=64), api_name="/race")
+    wait_for(slow_running, "the first race to start")
+    jb = b.submit(0, PROMPT, "", *settings(max_new=8), api_name="/race")
+    wait_for(lambda: waiting(demo, b), "the second race to wait")
+    race_line, chat_line, bench_line, _timer = b.predict(api_name="/queue_status")
+    assert "number **1** in the queue" in race_line and "1 request ahead" in race_line, race_line
+    assert chat_line == "" and bench_line == ""
+    # the page's admission step says how many are ahead before the decode is even sent
+    status, _go, _stop, line, _t = demo.racer_studio.desk.admit("race", Session(), None)
+    assert "ahead" in line and "queue" in status
+    ja.result(timeout=120), jb.result(timeout=120)
+    assert b.predict(api_name="/queue_status")[0] == ""       # once it ran, the line clears
+
+
+def test_benchmark_size_is_capped_per_request():
+    st = studio(bench_max_runs=3, bench_max_prompts=5)
+    out = st.benchmark(Session(), 0, "code", 2, 8, ["ar", "racer"], False, *settings(max_new=8))
+    assert "Done" in out[0] and "2 runs (1 prompts × 2 methods)" in out[0], out[0]
+    assert "up to 3 prompt × method runs" in out[0], out[0]
+
+
+# -- bounded disk ------------------------------------------------------------------------------------------
+
+def close_tab(url: str, session_hash: str) -> None:
+    """What a closed browser tab does to the server: its heartbeat connection drops."""
+    import httpx
+    with httpx.stream("GET", url + f"gradio_api/heartbeat/{session_hash}", timeout=30) as r:
+        next(r.iter_lines())
+
+
+def test_benchmark_files_live_in_the_session_folder_and_go_with_the_session(server, demo):
+    """Finding: every benchmark left a 4.7 MB racer-bench-* folder in the temp directory, never removed."""
+    desk = demo.racer_studio.desk
+    c = client(server)
+    out = c.predict(0, "code", 1, 8, ["ar", "racer"], False, *settings(max_new=8), api_name="/benchmark")
+    assert "Done" in out[0], out[0]
+    sess = demo.session_value(c.session_hash, desk.state)
+    folder = desk.workspace.root / sess.id
+    files = sorted(p.name for p in folder.rglob("*") if p.is_file())
+    assert files == ["report.md", "summary.json"], files        # no plot pages or plotly.js copies
+    ended = desk.ended
+    close_tab(server, c.session_hash)
+    wait_for(lambda: desk.ended > ended, "the closed session to be tidied up")
+    assert not folder.exists()
+    assert sess.bench_summary is None and sess.trace is None and sess.closed
+    assert c.session_hash not in demo.state_holder.session_data
+
+
+def test_workspace_ages_out_runs_and_caps_the_total(tmp_path):
+    from racer_app.workspace import Workspace
+    ws = Workspace(tmp_path / "ws", max_age_s=100, max_bytes=3000)
+    runs = []
+    for i in range(4):
+        d = ws.new_run(f"s{i}")
+        (d / "report.md").write_bytes(b"x" * 1000)
+        runs.append(d)
+    again = ws.new_run("s0")                                   # a session keeps its latest run only
+    assert not runs[0].exists() and again.exists()
+    (again / "report.md").write_bytes(b"y" * 1000)
+    ws.sweep(keep=again)                                       # 4000 bytes > 3000: the oldest goes
+    assert not runs[1].exists() and runs[2].exists() and again.exists()
+    assert ws.size() <= 3000
+    import time as _t
+    ws.sweep(now=_t.time() + 101)                               # everything past its age goes
+    assert ws.runs() == [] and ws.size() == 0
+    ws.new_run("s9")
+    ws.remove_session("s9")
+    assert not (ws.root / "s9").exists()
+    with pytest.raises(ValueError):
+        ws.new_run("../escape")
+
+
+def test_a_session_dropped_without_a_callback_takes_its_files_with_it():
+    """Gradio's session cap evicts the oldest state silently; the files must not stay behind."""
+    st = studio()
+    sess = Session()
+    folder = st.desk.run_folder(sess).parent
+    (folder / "x").write_text("x")
+    del sess
+    gc.collect()
+    assert not folder.exists()
+
+
+# -- bounded memory ----------------------------------------------------------------------------------------
+
+def test_session_state_expires_and_the_number_of_sessions_is_bounded(app_lm):
+    """Finding: Gradio kept up to 10,000 sessions' state, for an hour after the tab closed, and
+    never expired a live one."""
+    lim = Limits(**{**LIMITS.__dict__, "session_ttl_s": 1, "max_sessions": 7})
+    demo2, url = launch(app_lm, lim)
+    try:
+        assert demo2.state_session_capacity == 7
+        desk = demo2.racer_studio.desk
+        assert desk.state.time_to_live == 1 and desk.state.delete_callback == desk.session_expired
+        c = client(url)
+        assert "Finished" in race(c, max_new=8)["status"]
+        sess = demo2.session_value(c.session_hash, desk.state)
+        wait_for(lambda: sess.closed, "Gradio to expire the session's state")
+        assert sess.trace is None and demo2.session_value(c.session_hash, desk.state) is None
+    finally:
+        demo2.close()
+
+
+def test_each_session_keeps_within_its_memory_cap():
+    from racer_app.session import bound_detail
+    st = studio(inspector_steps=64)
+    sess = Session()
+    last_frame(st.race(sess, 0, PROMPT, "", *settings(max_new=40)))
+    full = sess.size_bytes()
+    assert sess.trace.detail_steps > 1
+    bound_detail(sess.trace.steps, 0)
+    bare = sess.size_bytes()                      # the same run without any pictures
+    assert 0 < bare < full
+    cap = (full + bare) / 2
+    st = studio(inspector_steps=64, session_mb=cap / 2**20)
+    sess = Session()
+    frame = last_frame(st.race(sess, 0, PROMPT, "", *settings(max_new=40)))
+    assert "Finished" in frame[0] and "memory limit per visitor" in frame[0], frame[0]
+    assert sess.size_bytes() <= cap and 0 < sess.trace.detail_steps < 64
+    # below what the bare run needs, the trace goes (with a note) rather than the cap
+    st = studio(inspector_steps=64, session_mb=bare / 2 / 2**20)
+    sess = Session()
+    frame = last_frame(st.race(sess, 0, PROMPT, "", *settings(max_new=40)))
+    assert sess.trace is None and sess.size_bytes() <= bare / 2 and "memory limit per visitor" in frame[0]
+
+
+def test_automaton_capacity_is_bounded_on_a_cpu(server):
+    """Finding: a visitor could ask for a 100,000-node automaton (about 16 MB a chat) on a CPU."""
+    lim = Limits.for_device("cpu")
+    assert lim.max_automaton < Limits.for_device("cuda").max_automaton
+    s, notes = validate({"automaton_capacity": 100_000}, lim, ["default"])
+    assert s.automaton_capacity == lim.max_automaton and any("automaton" in n for n in notes)
+    s = settings(max_new=8)
+    s[3] = LIMITS.max_automaton + 64
+    with pytest.raises(Exception, match="greater than maximum"):
+        client(server).predict(0, PROMPT, "", *s, api_name="/race")
+
+
+def test_request_bodies_are_limited_before_they_are_read(server):
+    """Finding: a 50 MB body was read and JSON-parsed in full before the prompt's length check."""
+    import socket
+    from urllib.parse import urlparse
+    u = urlparse(server)
+    declared = 50 * 2**20
+    with socket.create_connection((u.hostname, u.port), timeout=30) as sk:
+        sk.sendall((f"POST /gradio_api/call/race HTTP/1.1\r\nHost: {u.hostname}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode() + b'{"data": [')
+        reply = b""
+        while chunk := sk.recv(4096):                # answered with 50 MB still unsent: nothing waited for it
+            reply += chunk
+        reply = reply.decode("latin-1")
+    assert reply.startswith("HTTP/1.1 413") and "too large" in reply, reply[:200]
+    # a body without a declared length is cut off as it streams past the limit
+    import httpx
+
+    def chunks():
+        yield b'{"data": [0, "'
+        for _ in range(int(LIMITS.max_body_mb) * 4 + 4):
+            yield b"x" * 2**18
+        yield b'"]}'
+    r = httpx.post(server + "gradio_api/call/race", content=chunks(), headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 413 and "too large" in r.text, (r.status_code, r.text[:200])
+    # a 1 MB prompt still reaches the app and gets its own message (test_bad_prompts_get_a_message)
+
+
+# -- small messages ---------------------------------------------------------------------------------------
+
+def test_a_method_named_twice_is_run_once_with_a_note():
+    """Finding: it read "❌ The benchmark failed: ValueError: methods named twice"."""
+    out = studio().benchmark(Session(), 0, "code", 1, 8, ["ar", "racer", "racer", "ar"], False, *settings(max_new=8))
+    assert "Done" in out[0] and "listed more than once" in out[0] and "failed" not in out[0], out[0]
+
+
+def test_true_as_a_count_and_nan_counts_get_a_note():
+    """Finding: `True` as a capacity and NaN benchmark counts were replaced silently."""
+    s, notes = validate({"capacity": True}, LIMITS, ["default"], Settings(capacity=16))
+    assert s.capacity == 16 and any("tree capacity" in n and "not a number" in n for n in notes), notes
+    out = studio().benchmark(Session(), 0, "code", float("nan"), float("nan"), ["ar", "racer"], False,
+                             *settings(max_new=8))
+    assert "Done" in out[0], out[0]
+    assert "prompts per category: 'nan' is not a number" in out[0] and "new tokens per prompt: 'nan'" in out[0]
+
+
+def test_too_few_api_values_get_a_plain_message(server):
+    """Finding: the error listed the inputs as Python object reprs."""
+    import json
+
+    import httpx
+    r = httpx.post(server + "gradio_api/call/race", json={"data": [0]}, timeout=30)
+    ev = r.json()["event_id"]
+    with httpx.stream("GET", server + f"gradio_api/call/race/{ev}", timeout=60) as resp:
+        text = "".join(line for line in resp.iter_lines())
+    assert "/race takes 15 values" in text and "Prompt" in text, text[:400]
+    assert "object at 0x" not in text and "<gradio" not in text
+    json.dumps(text)
+
+
+# -- a browser tab closed mid-race ---------------------------------------------------------------------------
+
+def test_a_dropped_connection_mid_decode_frees_the_slot(server, monkeypatch):
+    """A closed tab drops its event stream without a cancel; the race must not keep the slot."""
+    import json
+    import uuid
+
+    import httpx
+    import racer_app.handlers as H
+    monkeypatch.setattr(H, "Race", _Slow)
+    _Slow.finished.clear()
+    h = uuid.uuid4().hex
+    body = {"data": [None, 0, PROMPT, ""] + settings(max_new=64), "fn_index": _fn_index(server, "race"),
+            "session_hash": h, "event_data": None, "trigger_id": None}
+    r = httpx.post(server + "gradio_api/queue/join", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    with httpx.stream("GET", server + f"gradio_api/queue/data?session_hash={h}", timeout=60) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data:") and json.loads(line[5:]).get("msg") == "process_generating":
+                break                       # the race is streaming: now the tab goes away
+    assert "Finished" in race(client(server), max_new=8)["status"]
+    assert not _Slow.finished, "the abandoned race ran to its end before the next one could start"
+
+
+def _fn_index(url: str, api_name: str) -> int:
+    import httpx
+    cfg = httpx.get(url + "config", timeout=30).json()
+    return next(d["id"] for d in cfg["dependencies"] if d.get("api_name") == api_name)
