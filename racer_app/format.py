@@ -116,12 +116,15 @@ def fmt_s(s: float) -> str:
 
 
 def lane_stats_md(lane: Any, running: bool) -> str:
-    """One line of numbers under a race column."""
+    """One line of numbers under a race column: decoding only (its prefill is shown apart)."""
     state = "running…" if running and not lane.done else STOP_WORDS.get(lane.stop_reason or "", lane.stop_reason or "")
     if not lane.started and running:
         state = "waiting for its turn"
-    return (f"**{lane.n_tokens}** tokens · **{lane.steps}** steps · MAT **{lane.mat:.2f}**  \n"
-            f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} compute · *{state}*")
+    busy = (f" · ⚠️ {lane.disturbed_steps} step{'s' if lane.disturbed_steps != 1 else ''} disturbed"
+            if lane.disturbed_steps else "")
+    return (f"**{lane.n_tokens}** tokens · **{lane.forwards}** forwards · MAT **{lane.mat:.2f}**  \n"
+            f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + {fmt_s(lane.prefill_s)} "
+            f"prefill{busy} · *{state}*")
 
 
 def lane_header_html(method: str) -> str:
@@ -132,30 +135,58 @@ def lane_header_html(method: str) -> str:
 
 
 def race_plot_data(lanes: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """visuals.race_figure input from race lanes (x = each lane's own compute time)."""
+    """visuals.race_figure input from race lanes (x = each lane's own decoding time)."""
     key = {"tr": "token_recycling"}
     out = {}
     for m, ln in lanes.items():
         out[key.get(m, m)] = {"points": list(ln.points),
-                              "final": {"tokens_per_s": ln.tokens_per_s, "mat": ln.mat, "steps": ln.steps}}
+                              "final": {"tokens_per_s": ln.tokens_per_s, "mat": ln.mat, "steps": ln.forwards}}
     return out
 
 
+def race_speedups(lanes: dict[str, Any], prefill_s: float) -> dict[str, dict[str, float]]:
+    """Per method, its speed-up over plain decoding: "decode" (decoding only, the prefill left out)
+    and "total" (the whole request, every lane charged the same `prefill_s`)."""
+    ar = lanes.get("ar")
+    out: dict[str, dict[str, float]] = {}
+    if ar is None or ar.tokens_per_s <= 0:
+        return out
+    for m, ln in lanes.items():
+        if m != "ar" and ln.tokens_per_s > 0:
+            out[m] = {"decode": ln.tokens_per_s / ar.tokens_per_s,
+                      "total": ln.total_tokens_per_s(prefill_s) / max(1e-12, ar.total_tokens_per_s(prefill_s))}
+    return out
+
+
+def disturbed_md(lanes: dict[str, Any]) -> str:
+    """The note under a race whose clock was disturbed by other work on the machine."""
+    hit = {m: ln.disturbed_steps for m, ln in lanes.items() if ln.disturbed_steps}
+    if not hit:
+        return ""
+    saved = sum(ln.discounted_s for ln in lanes.values())
+    return (f"⚠️ **The machine was busy during this race**: {sum(hit.values())} step"
+            f"{'s' if sum(hit.values()) != 1 else ''} ("
+            + ", ".join(f"{METHOD_TITLES.get(m, m)} {n}" for m, n in hit.items())
+            + f") took more than 1.5× the forward time this machine's cost curve predicts. Those steps were "
+            f"charged the predicted time ({fmt_s(saved)} of other work left out), so the speed-ups compare the "
+            f"methods' own work, not the interruptions.")
+
+
 def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Callable[[list[int]], str],
-               stop_reason: str | None, chosen: str = "") -> str:
+               stop_reason: str | None, chosen: str = "", prefill_s: float = 0.0) -> str:
     """The finish line: speedups over plain decoding and whether the outputs agree."""
     lines = []
-    ar = lanes.get("ar")
-    if ar is not None and ar.tokens_per_s > 0:
-        parts = []
-        for m in ("racer", "tr"):
-            ln = lanes.get(m)
-            if ln is not None and ln.tokens_per_s > 0:
-                parts.append(f"**{METHOD_TITLES[m]} {ln.tokens_per_s / ar.tokens_per_s:.2f}×**"
-                             f" (MAT {ln.mat:.2f})")
-        if parts:
-            lines.append("Speed-up over plain decoding, in tokens per second of each method's own compute: "
-                         + " · ".join(parts) + ".")
+    ups = race_speedups(lanes, prefill_s)
+    if ups:
+        parts = [f"**{METHOD_TITLES.get(m, m)} {u['decode']:.2f}×** (MAT {lanes[m].mat:.2f})" for m, u in ups.items()]
+        lines.append("Speed-up over plain decoding, decoding time only (each method's own compute, the prefill "
+                     "left out): " + " · ".join(parts) + ".")
+        lines.append("Over the whole request (every method charged the same prefill, "
+                     f"{fmt_s(prefill_s)}: the median of the three): "
+                     + " · ".join(f"{METHOD_TITLES.get(m, m)} {u['total']:.2f}×" for m, u in ups.items()) + ".")
+    busy = disturbed_md(lanes)
+    if busy:
+        lines.append(busy)
     if stop_reason == "stopped":
         lines.append("The race was stopped; the numbers cover what each method had produced by then.")
     elif stop_reason == "time_limit":

@@ -154,6 +154,21 @@ class Studio:
         self.warming: str | None = None
         # Admission, Stop, queue position, the end of sessions and the benchmark folders.
         self.desk = Desk(self.limits)
+        # The decode slot, held by every decode and by work no visitor asked for (the warm-up's
+        # cost-curve measurement and preset run): none of it runs beside a race to skew its clock.
+        self.slot = threading.BoundedSemaphore(max(1, self.limits.decode_concurrency))
+
+    def _in_slot(self, waiting: Any, work: Iterator[tuple]) -> Iterator[tuple]:
+        """Run the generator `work` holding the decode slot; `waiting(status)` is the frame shown
+        while the server's own warm-up holds it."""
+        if not self.slot.acquire(blocking=False):
+            yield waiting("⏳ Waiting for the server's warm-up (its cost-curve measurement or example run) to "
+                          "finish, so it does not run beside your race…")
+            self.slot.acquire()
+        try:
+            yield from work
+        finally:
+            self.slot.release()
 
     @property
     def max_session_bytes(self) -> int:
@@ -271,7 +286,8 @@ class Studio:
                 yield self._race_frame(status="⏹ Stopped before it started.", running=False, sess=sess)
                 return
             yield self._race_frame(status="Preparing the race…", clear=True, verdict="", running=True)
-            yield from self._race(sess, job, prompt, system, vals, viewport)
+            yield from self._in_slot(lambda status: self._race_frame(status=status),
+                                     self._race(sess, job, prompt, system, vals, viewport))
         except UserError as e:
             gr.Warning(str(e))
             yield self._race_frame(status=f"⚠️ {e}", running=False, sess=sess)
@@ -334,7 +350,8 @@ class Studio:
             if now - last_text >= TEXT_EVERY_S:
                 plot = None
                 if now - last_plot >= PLOT_EVERY_S:
-                    plot = fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH), viewport)
+                    plot = fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH,
+                                             prefill_s=race.shared_prefill_s), viewport)
                     last_plot = now
                 spans = {m: list(builders[m].spans) for m in dirty}
                 dirty.clear()
@@ -350,13 +367,14 @@ class Studio:
         note = self._notes_md(notes)
         chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
         verdict = verdict_md(race.lanes, cmp, cfg.temperature <= 0, functools.partial(_decode_many_raw, tok),
-                             race.stop_reason, chosen)
+                             race.stop_reason, chosen, prefill_s=race.shared_prefill_s)
         done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({self.limits.time_limit_s:.0f} s) reached."
                 }.get(race.stop_reason or "", "🏁 Finished.")
         yield self._race_frame(status=f"{done} {head}" + (f"  \n{note}" if note else "") +
                                "  \nOpen **Step inspector** to replay RACER's steps.",
                                lanes=race.lanes, spans={m: list(builders[m].spans) for m in RACE_METHODS},
-                               plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH), viewport),
+                               plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH,
+                                                      prefill_s=race.shared_prefill_s), viewport),
                                verdict=verdict, running=False, sess=sess)
 
     async def stop(self, sess: Session | None, request: gr.Request) -> tuple:
@@ -534,8 +552,9 @@ class Studio:
         try:
             if job.stop.is_set():     # Stop was pressed while it waited in the queue
                 return ("⏹ Stopped before it started.",) + skips + (sess,) + idle
-            return self._benchmark(sess, job, category, per_category, max_new, methods, measure_curve, vals, progress,
-                                   viewport) + idle
+            with self.slot:
+                return self._benchmark(sess, job, category, per_category, max_new, methods, measure_curve, vals,
+                                       progress, viewport) + idle
         except UserError as e:
             gr.Warning(str(e))
             return (f"⚠️ {e}",) + skips + (gr.skip(),) + idle
@@ -724,7 +743,8 @@ class Studio:
         with self._preset_lock:
             preset = X.get_preset(lm.name)
             if preset is None:
-                preset = self._run_preset(lm)
+                with self.slot:     # a decode like any other: never beside a visitor's race
+                    preset = self._run_preset(lm)
                 X.put_preset(lm.name, preset)
             return preset
 
@@ -740,7 +760,8 @@ class Studio:
             try:
                 if uses_auto(self.defaults) and lm.cost_curve is None:
                     self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
-                    make_sizer(lm)
+                    with self.slot:
+                        make_sizer(lm)
                 self.warming = "preparing the How it works example"
                 self.preset(lm)
             except Exception:  # noqa: BLE001 - each view retries when used

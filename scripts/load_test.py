@@ -214,7 +214,7 @@ def main() -> int:
                     help="tiny: the random tiny model; real: the embedded default model as app.py serves it")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--max-new", type=int, default=None, help="new tokens per request (tiny 24, real 32)")
-    ap.add_argument("--timeout", type=float, default=170.0, help="tiny model: overall bound (seconds)")
+    ap.add_argument("--timeout", type=float, default=170.0, help="tiny model: bound on the concurrent phase (seconds)")
     ap.add_argument("--rss-slack", type=float, default=None,
                     help="MB the server may stay above its baseline (tiny 64, real 160)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
@@ -242,7 +242,6 @@ def main() -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/"
-    t_start = time.time()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--max-new", str(args.max_new)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=str(ROOT))
     try:
@@ -280,8 +279,11 @@ def main() -> int:
         t0 = time.perf_counter()
         for t in threads:
             t.start()
+        # The bound covers the concurrent phase: building the kernels in the fresh cache and the
+        # solo runs before it take as long as the machine needs.
+        phase_end = time.time() + args.timeout
         for t in threads:
-            t.join(timeout=max(1.0, t_start + args.timeout - time.time()))
+            t.join(timeout=max(1.0, phase_end - time.time()))
         wall = time.perf_counter() - t0
         hung = sum(t.is_alive() for t in threads)
         time.sleep(2.0)

@@ -92,8 +92,9 @@ def test_race_gives_three_finished_columns_with_consistent_counts(server):
         assert "finished" in md, md
         assert stat(md, "tokens") == 40
         assert tokens_in(r[f"{m}_text"]) == 40          # the column shows every token it counts
-        assert 1 <= stat(md, "steps") <= 40
-    assert stat(r["ar_stats"], "steps") == 40             # plain decoding: one token per step
+        assert 1 <= stat(md, "forwards") <= 40
+        assert f"MAT **{40 / stat(md, 'forwards'):.2f}**" in md      # the mean is the two counts shown
+    assert stat(r["ar_stats"], "forwards") == 40          # plain decoding: one token per forward
     assert "Identical outputs" in r["verdict"] and "40 tokens" in r["verdict"]
     # RACER's text is coloured by source; plain decoding's is not
     assert {d["class_or_confidence"] for d in r["ar_text"]} == {None}

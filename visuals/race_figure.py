@@ -4,6 +4,9 @@ Input: {method: {"points": [(elapsed_s, tokens_so_far), ...], "final": {"tokens_
 "mat": y, optional "steps"}}}. Each method is a step line (tokens arrive in bursts: one
 forward can commit several). The steeper line is the faster method; the legend and the end
 labels give the final tokens/s and MAT (mean tokens committed per forward pass).
+
+With `prefill_s`, the x axis starts at -prefill_s: a shaded segment before zero is the prefill,
+the same prompt read by every method, and every line starts after it at zero.
 """
 from __future__ import annotations
 
@@ -22,8 +25,12 @@ def method_name(method: str) -> str:
 
 
 def race_figure(race: dict[str, dict[str, Any]], *, width: int = 900, height: int = 460,
-                title: str = "Race: tokens generated against compute time") -> go.Figure:
+                title: str = "Race: tokens generated against compute time", prefill_s: float | None = None) -> go.Figure:
     fig = go.Figure()
+    if prefill_s:
+        fig.add_vrect(x0=-prefill_s, x1=0, fillcolor="#DDDDDD", opacity=0.6, line_width=0, layer="below",
+                      annotation_text="prefill", annotation_position="top left",
+                      annotation_font=dict(size=11, color="#555555"))
     cols = C.method_colors(race)
     finals = []
     for m, d in race.items():
@@ -31,6 +38,8 @@ def race_figure(race: dict[str, dict[str, Any]], *, width: int = 900, height: in
         final = d.get("final") or {}
         xs = [p[0] for p in pts]
         ys = [p[1] for p in pts]
+        if prefill_s and pts:
+            xs, ys = [-prefill_s] + xs, [0] + ys     # no token during the prefill
         tps, mat = final.get("tokens_per_s"), final.get("mat")
         stats = []
         if tps is not None:
@@ -60,10 +69,12 @@ def race_figure(race: dict[str, dict[str, Any]], *, width: int = 900, height: in
                         font=dict(size=11, color=cols[m])))
     names = [t.name for t in fig.data]
     sub = ("Each method advanced by its own measured compute, so the lines compare equal work; "
-           "MAT = tokens committed per forward pass")
+           "MAT = tokens committed per forward pass"
+           + ("; shaded: the prefill, the same prompt for every method" if prefill_s else ""))
     fig.update_layout(**C.base_layout(title, sub, legend_names=names, width=width, height=height,
                                       annotations=ann, hovermode="x unified",
                                       margin=dict(l=60, r=150, t=110, b=50)))
-    fig.update_xaxes(title="own compute time (s)", rangemode="tozero", showline=True, linecolor="#999")
+    fig.update_xaxes(title="own decoding time (s)" if prefill_s else "own compute time (s)",
+                     rangemode="normal" if prefill_s else "tozero", showline=True, linecolor="#999")
     fig.update_yaxes(title="tokens generated", rangemode="tozero", showline=True, linecolor="#999")
     return fig
