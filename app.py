@@ -3,7 +3,7 @@
     python app.py            # loads the default model, serves http://localhost:7860 (PORT to change)
 
 Environment: RACER_MODEL (start-up model, default "default"), RACER_ALLOWED_MODELS (comma-
-separated ids/folders users may pick; off by default), RACER_DEVICE / RACER_DTYPE, PORT, HOST,
+separated hub ids/folders users may pick beside the shipped models; none by default), RACER_DEVICE / RACER_DTYPE, PORT, HOST,
 and the per-request limits in racer_app/settings.py (RACER_MAX_NEW_TOKENS, ...).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from racer_app.handlers import RACE_METHODS, Studio, example_label, load_example
 from racer_app.models import ModelStore
 from racer_app.server import StudioBlocks
 from racer_app.session import Session
-from racer_app.settings import BREADTH_RULES, MERGE_CHOICES, Limits, allowed_models_from_env
+from racer_app.settings import BREADTH_RULES, MERGE_CHOICES, Limits, allowed_models_from_env, model_choices
 
 HERE = Path(__file__).resolve().parent
 ASSETS = HERE / "assets"
@@ -70,14 +70,20 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                         with gr.Accordion("System prompt (optional)", open=False):
                             system = gr.Textbox(show_label=False, lines=2, placeholder="e.g. You are a helpful assistant.",
                                                 elem_id="system")
+                        prompt_note = gr.Markdown(studio.prompt_mode(), elem_id="prompt-mode")
                         with gr.Row(elem_classes=["racer-controls"]):
                             run_btn = gr.Button("Run the race", variant="primary", elem_id="run")
                             stop_btn = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop")
                     with gr.Column(scale=2, min_width=280):
-                        gr.Examples(examples=[[e["prompt"], e.get("system", "")] for e in examples],
-                                    inputs=[prompt, system], example_labels=[example_label(e) for e in examples],
+                        chat_ex = [e for e in examples if e.get("kind", "chat") == "chat"]
+                        done_ex = [e for e in examples if e.get("kind") == "completion"]
+                        gr.Examples(examples=[[e["prompt"], e.get("system", "")] for e in chat_ex],
+                                    inputs=[prompt, system], example_labels=[example_label(e) for e in chat_ex],
                                     label="Example prompts (where RACER shines, and where it cannot)",
                                     examples_per_page=8)
+                        gr.Examples(examples=[[e["prompt"], ""] for e in done_ex], inputs=[prompt, system],
+                                    example_labels=[example_label(e) for e in done_ex],
+                                    label="Completion examples, for base models (text to continue)")
                         with gr.Accordion("Why these examples?", open=False):
                             gr.Markdown("\n".join(f"- **{e['title']}**: {e['why']}" for e in examples))
                 race_queue = gr.Markdown(elem_id="race-queue")
@@ -189,9 +195,10 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
             with gr.Tab("Settings", id="settings", elem_id="tab-settings"):
                 settings_md = gr.Markdown()
                 allowed = store.allowed
-                s_model = gr.Dropdown(allowed, value="default", label="Model", interactive=len(allowed) > 1,
-                                      info=("the models this server allows" if len(allowed) > 1 else
-                                            "this server runs its default model only (RACER_ALLOWED_MODELS opens more)"))
+                s_model = gr.Dropdown(model_choices(allowed), value="default", label="Model",
+                                      interactive=len(allowed) > 1,
+                                      info="the models that ship with RACER Studio, and any this server allows "
+                                           "(RACER_ALLOWED_MODELS); another model loads on its first run")
                 with gr.Row():
                     s_mode = gr.Radio(["auto", "fixed"], value=d.capacity_mode, label="Draft tree capacity",
                                       info="auto: sized every step from this machine's cost curve")
@@ -220,6 +227,7 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                     "Each browser session keeps its own runs, chat and automata; nothing is shared between "
                     "users.</small>")
 
+        s_model.change(studio.prompt_mode, s_model, prompt_note, api_name="prompt_mode", **light)
         settings = [s_model, s_mode, s_cap, s_acap, s_win, s_topk, s_rule, s_merge, s_temp, s_topp, s_seed, s_max]
 
         # -- wiring ----------------------------------------------------------------------------------

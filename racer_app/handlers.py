@@ -242,6 +242,21 @@ class Studio:
         return (f"⏳ Loading the model ({st['spec']}) — {st['elapsed_s']:.0f} s; the first start converts it "
                 f"once (about 15 s), later starts take a second."), gr.Timer(active=True)
 
+    def prompt_mode(self, model: str | None = None) -> str:
+        """The note beside the prompt: whether the chosen model answers through its chat template or,
+        as a base model, continues the text (plain completion)."""
+        from racer.models import SHIPPED
+        spec = model or "default"
+        lm = self.store.peek(spec)
+        shipped = SHIPPED.get(spec)
+        chat = lm.chat if lm is not None else (shipped.chat if shipped else True)
+        title = shipped.title.split(" (")[0] if shipped else (lm.name if lm is not None else spec)
+        if chat:
+            return f"💬 **{title}** is a chat model: the prompt (and system prompt) go through its chat template."
+        return (f"📝 **{title}** is a base model: **plain completion**. It continues your text rather than answering "
+                f"it (a system prompt goes before the text, a blank line between), so start a passage or a function "
+                f"for it to finish: the completion examples below are written that way.")
+
     def settings_info(self) -> str:
         lm = self.store.peek()
         lim = self.limits
@@ -854,7 +869,7 @@ def load_examples() -> list[dict[str, str]]:
                  "why": "Copying is RACER's best case."}]
 
 
-CANNOT = {"Short original poem", "One-line joke", "Open brainstorming"}
+CANNOT = {"Short original poem", "One-line joke", "Open brainstorming", "Continue a passage"}
 
 
 def example_label(e: dict[str, str]) -> str:

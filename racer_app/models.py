@@ -1,8 +1,9 @@
 """The models this server shares between requests (weights are shared; decoding state never is).
 
 The start-up model loads in a background thread so the page can show a status while the
-first conversion runs; handlers call `get()` which waits for it. Other models load only when
-the server allows them (RACER_ALLOWED_MODELS) and are kept (a small LRU) once loaded.
+first conversion runs; handlers call `get()` which waits for it. Other models (the other shipped
+ones, and hub ids / folders the server allows in RACER_ALLOWED_MODELS) load on first use and are
+kept (a small LRU) once loaded.
 """
 from __future__ import annotations
 

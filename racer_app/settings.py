@@ -72,7 +72,7 @@ class Limits:
         gpu = device_type == "cuda"
         return cls(
             max_new_tokens=_env_int("RACER_MAX_NEW_TOKENS", 1024 if gpu else 512),
-            max_prompt_tokens=_env_int("RACER_MAX_PROMPT_TOKENS", 4096 if gpu else 1536),
+            max_prompt_tokens=_env_int("RACER_MAX_PROMPT_TOKENS", 4096 if gpu else 2048),
             time_limit_s=float(_env_int("RACER_TIME_LIMIT_S", 120 if gpu else 180)),
             inspector_steps=_env_int("RACER_INSPECTOR_STEPS", 400),
             bench_max_prompts=_env_int("RACER_BENCH_MAX_PROMPTS", 40 if gpu else 16),
@@ -240,11 +240,18 @@ def uses_auto(s: Settings) -> bool:
 
 
 def allowed_models_from_env() -> list[str]:
-    """'default' first, then the ids / folders listed in RACER_ALLOWED_MODELS (comma separated).
-    Without that variable the server runs only the default model."""
+    """The shipped models ('default' first: they need no model hub, so no allow-list), then the
+    hub ids / folders listed in RACER_ALLOWED_MODELS (comma separated)."""
+    from racer.models import SHIPPED
     extra = [m.strip() for m in os.environ.get("RACER_ALLOWED_MODELS", "").split(",") if m.strip()]
-    out = ["default"]
+    out = list(SHIPPED)
     for m in extra:
         if m not in out:
             out.append(m)
     return out
+
+
+def model_choices(allowed: list[str]) -> list[tuple[str, str]]:
+    """The model menu: (label, id) pairs, the shipped models by their titles."""
+    from racer.models import SHIPPED
+    return [(SHIPPED[m].title if m in SHIPPED else m, m) for m in allowed]

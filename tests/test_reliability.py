@@ -210,11 +210,11 @@ def test_validate_never_raises_and_stays_in_range(bad):
 
 # -- model selection: allow-list, safetensors only, no remote code ---------------------------------------
 
-def test_model_choice_is_off_by_default(monkeypatch):
+def test_shipped_models_are_offered_hub_ones_need_the_allow_list(monkeypatch):
     monkeypatch.delenv("RACER_ALLOWED_MODELS", raising=False)
-    assert allowed_models_from_env() == ["default"]
-    monkeypatch.setenv("RACER_ALLOWED_MODELS", " /models/a , org/b,,/models/a")
-    assert allowed_models_from_env() == ["default", "/models/a", "org/b"]
+    assert allowed_models_from_env() == ["default", "gemma3-270m"]        # the shipped models need no list
+    monkeypatch.setenv("RACER_ALLOWED_MODELS", " /models/a , org/b,,/models/a, gemma3-270m")
+    assert allowed_models_from_env() == ["default", "gemma3-270m", "/models/a", "org/b"]
 
 
 @pytest.mark.parametrize("spec", ["/etc/passwd", "../../secret", "/models/a/../../etc", "/models/a/", "org/evil",
