@@ -27,8 +27,17 @@ def real_lm():
     return load_model("default", device="cpu", dtype="float32")
 
 
-#: The racer cache as the session began (test_app points RACER_CACHE at a temporary folder later).
+#: The racer cache as the session began (some modules point RACER_CACHE at a temporary folder).
 CACHE_AT_START = cache_root()
+
+
+@pytest.fixture(scope="module")
+def own_cache(tmp_path_factory):
+    """A module's own racer cache (the tiny model's cost curves), the real one restored afterwards:
+    later modules, and the app processes they start, must not build kernels or convert models anew."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RACER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -51,9 +51,7 @@ PROMPT = "abc abc abc abc hello world abc abc"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    import os
-    os.environ["RACER_CACHE"] = str(tmp_path_factory.mktemp("cache"))  # cost curves of the tiny model go here
+def server(own_cache):
     import app
     demo = app.build_app(make_lm(), limits=LIMITS)
     port = free_port()

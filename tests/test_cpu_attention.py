@@ -14,7 +14,9 @@ from tests.test_loop_tiny import rand_prompt, random_tree
 from racer.tiny import tiny_lm
 
 
-def tree_logits(attn: str, heads: int, kv_heads: int, size: int) -> torch.Tensor:
+def tree_logits(attn: str, heads: int, kv_heads: int, size: int, spy=None) -> torch.Tensor:
+    """The tree's logits after a 15-token prefill; `spy` (if given) replaces the attention's
+    `F.scaled_dot_product_attention` once the model is built (its load check runs forwards too)."""
     lm = tiny_lm(attn=attn)
     if (heads, kv_heads) != (4, 2):  # rebuild with another head layout, same seed
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -23,6 +25,8 @@ def tree_logits(attn: str, heads: int, kv_heads: int, size: int) -> torch.Tensor
                           num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512)
         cfg._attn_implementation = attention.register() if attn == "sdpa" else attn
         lm.model = LlamaForCausalLM(cfg).eval()
+    if spy is not None:
+        spy()
     rng = random.Random(3)
     prompt = rand_prompt(rng, 15)
     with torch.inference_mode():
@@ -48,13 +52,15 @@ def test_packed_path_runs_for_gqa_trees(monkeypatch):
         seen.append(tuple(q.shape))
         return real(q, *a, **k)
 
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
-    tree_logits("sdpa", 4, 2, 7)
+    def watch():
+        monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
+    tree_logits("sdpa", 4, 2, 7, spy=watch)
     # The 15-token prefill (causal, 4 query heads), then the tree: 2 layers, 2 key/value
     # heads, 2 query heads each folded into the rows: 2 * 7 rows.
     assert seen == [(1, 4, 15, 16)] * 2 + [(1, 2, 14, 16)] * 2
+    monkeypatch.undo()
     seen.clear()
-    tree_logits("sdpa", 4, 2, 1)
+    tree_logits("sdpa", 4, 2, 1, spy=watch)
     # One token and no mask: its 2 query heads per key/value head become 2 rows.
     assert seen == [(1, 4, 15, 16)] * 2 + [(1, 2, 2, 16)] * 2
 
