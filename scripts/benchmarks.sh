@@ -6,6 +6,7 @@
 #
 #   scripts/benchmarks.sh                 # everything (about 3 hours on a 2-core CPU)
 #   scripts/benchmarks.sh micro smollm2   # some groups: micro, smollm2, sweep, gemma3
+#   SPEC_PER_CATEGORY=5 scripts/benchmarks.sh smollm2    # a smaller Spec-Bench sample (named specbench5)
 #
 # Timings need the whole machine: run nothing else meanwhile. Spec-Bench's questions come from
 # $SPEC_BENCH (default ../shared/data/spec_bench.jsonl).
@@ -13,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 P=${PYTHON:-.venv/bin/python}
 SPEC=${SPEC_BENCH:-../shared/data/spec_bench.jsonl}
+PER=${SPEC_PER_CATEGORY:-10}
 if grep -q avx512_bf16 /proc/cpuinfo; then CPU=avx512bf16; DT=bfloat16; else CPU=avx2; DT=float32; fi
 DATE=$(date -u +%F)
 GROUPS_WANTED=${*:-micro smollm2 sweep gemma3}
@@ -52,7 +54,7 @@ fi
 
 if want smollm2 || want sweep; then fresh_curve default "$DT"; fi
 if want smollm2; then
-  bench "smollm2-135m-specbench10-$DT-$CPU-$DATE" --dtype "$DT" --data "$SPEC" --per-category 10 --round-robin \
+  bench "smollm2-135m-specbench$PER-$DT-$CPU-$DATE" --dtype "$DT" --data "$SPEC" --per-category "$PER" --round-robin \
     --methods ar,tr,racer,hf-pld --max-new-tokens 256
   bench "smollm2-135m-shipped-r3-$DT-$CPU-$DATE" --dtype "$DT" --data assets/bench_prompts.jsonl --per-category 1 \
     --methods ar,tr,racer,hf-pld --repeats 3 --max-new-tokens 128
