@@ -140,7 +140,7 @@ def race_plot_data(lanes: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for m, ln in lanes.items():
         out[key.get(m, m)] = {"points": list(ln.points),
-                              "final": {"tokens_per_s": ln.tokens_per_s, "mat": ln.mat, "steps": ln.forwards}}
+                              "final": {"tokens_per_s": ln.tokens_per_s, "mat": ln.mat}}
     return out
 
 

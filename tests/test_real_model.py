@@ -187,11 +187,9 @@ def test_gemma3_long_prompt_in_the_app_racer_equals_ar(real_lm, gemma_lm, tmp_pa
     """The app's model menu offers Gemma 3 beside the default model; a 1,500-token completion prompt
     races with RACER's output identical to plain decoding, and the prompt note says plain completion."""
     import dataclasses
-    import socket
-
-    import gradio_client
 
     import app
+    from tests.test_app import client, free_port
     from racer_app.models import ModelStore
     from racer_app.settings import Limits, allowed_models_from_env
     monkeypatch.setenv("RACER_CACHE", str(tmp_path))
@@ -200,12 +198,10 @@ def test_gemma3_long_prompt_in_the_app_racer_equals_ar(real_lm, gemma_lm, tmp_pa
     store = ModelStore(real_lm, allowed=allowed_models_from_env(), loader=loaded.__getitem__)
     limits = dataclasses.replace(Limits.for_device("cpu"), max_new_tokens=24, time_limit_s=600)
     demo = app.build_app(store=store, limits=limits)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_kwargs())
     try:
-        c = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+        c = client(f"http://127.0.0.1:{port}/")
         assert "plain completion" in c.predict("gemma3-270m", api_name="/prompt_mode")
         assert "chat model" in c.predict("default", api_name="/prompt_mode")
         settings = ["gemma3-270m", "fixed", 16, 10_000, 10, 8, "paper", "merge", 0.0, 1.0, 0, 24]

@@ -1,7 +1,7 @@
 """Figure 4: the race — tokens generated against each method's own compute time.
 
 Input: {method: {"points": [(elapsed_s, tokens_so_far), ...], "final": {"tokens_per_s": x,
-"mat": y, optional "steps"}}}. Each method is a step line (tokens arrive in bursts: one
+"mat": y}}}. Each method is a step line (tokens arrive in bursts: one
 forward can commit several). The steeper line is the faster method; the legend and the end
 labels give the final tokens/s and MAT (mean tokens committed per forward pass).
 
