@@ -17,7 +17,7 @@ import gradio as gr
 from racer_app import explainer as X
 from racer_app.format import (lane_header_html, legend_html, text_color_map)
 from racer_app.gpu import on_gpu, zero_gpu
-from racer_app.handlers import RACE_METHODS, Studio, example_label, load_examples
+from racer_app.handlers import RACE_METHODS, RACE_REPEATS, Studio, example_label, load_examples
 from racer_app.models import ModelStore
 from racer_app.server import StudioBlocks
 from racer_app.session import Session
@@ -74,6 +74,9 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                         with gr.Row(elem_classes=["racer-controls"]):
                             run_btn = gr.Button("Run the race", variant="primary", elem_id="run")
                             stop_btn = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop")
+                        repeat = gr.Checkbox(value=studio.repeat_default, elem_id="repeat",
+                                             label=f"Race {RACE_REPEATS}× and show the median with its range",
+                                             info="Off by default on a CPU, where one race takes a while.")
                     with gr.Column(scale=2, min_width=280):
                         chat_ex = [e for e in examples if e.get("kind", "chat") == "chat"]
                         done_ex = [e for e in examples if e.get("kind") == "completion"]
@@ -250,7 +253,7 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
         race_fn = on_gpu(duration=int(lim.time_limit_s) + 30)(studio.race)
         race_ev = run_btn.click(desk.admitter("race"), [sess], [race_status, run_btn, stop_btn, race_queue, queue_timer],
                                 api_name=False, **light).success(
-            race_fn, [sess, viewport, prompt, system] + settings,
+            race_fn, [sess, viewport, prompt, system] + settings + [repeat],
             [race_status] + lane_out + [race_plot, verdict, run_btn, stop_btn, sess],
             show_progress="minimal", api_name="race", **decode)
         race_ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)

@@ -44,6 +44,8 @@ from .records import DecodeResult, StepRecord, mean_accepted
 
 #: A forward (or prefill) this many times its expected time was disturbed by other work.
 DISTURBED = 1.5
+#: "charged": a disturbed forward is charged the cost curve's prediction; "wall": wall time only.
+CLOCKS = ("charged", "wall")
 
 
 @dataclass
@@ -113,12 +115,16 @@ class Race:
                  configs: Mapping[str, DecodeConfig] | None = None,
                  run_kwargs: Mapping[str, dict[str, Any]] | None = None,
                  stop_event: threading.Event | None = None, time_limit_s: float | None = None,
-                 new_from: int = 0, cost_curve: CostCurve | None = None) -> None:
+                 new_from: int = 0, cost_curve: CostCurve | None = None, clock: str = "charged") -> None:
         """`cost_curve` (default: the model's, once measured) tells a disturbed forward; without
-        one the clock is the wall clock alone."""
+        one the clock is the wall clock alone. `clock="wall"` charges every step its wall time
+        even when disturbed (for measuring what the busy-step charge changes)."""
         if not drafters:
             raise ValueError("a race needs at least one method")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
         self.curve = cost_curve if cost_curve is not None else lm.cost_curve
+        self.clock = clock
         base = config or DecodeConfig()
         self.stop_event = stop_event
         self.time_limit_s = time_limit_s
@@ -203,6 +209,8 @@ class Race:
         if measured <= DISTURBED * expected:
             return 0.0
         lane.disturbed_steps += 1
+        if self.clock == "wall":            # counted, still charged in full
+            return 0.0
         lane.discounted_s += measured - expected
         return measured - expected
 

@@ -3,6 +3,7 @@ the race verdict. Pure functions of plain data (no Gradio, no model)."""
 from __future__ import annotations
 
 import html
+from statistics import median
 from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
@@ -115,16 +116,21 @@ def fmt_s(s: float) -> str:
     return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
 
-def lane_stats_md(lane: Any, running: bool) -> str:
-    """One line of numbers under a race column: decoding only (its prefill is shown apart)."""
+def lane_stats_md(lane: Any, running: bool, series: Sequence[dict[str, Any]] | None = None) -> str:
+    """One line of numbers under a race column: decoding only (its prefill is shown apart); with a
+    finished `series` of races (see `race_record`), the median tokens/s over them with its range."""
     state = "running…" if running and not lane.done else STOP_WORDS.get(lane.stop_reason or "", lane.stop_reason or "")
     if not lane.started and running:
         state = "waiting for its turn"
     busy = (f" · ⚠️ {lane.disturbed_steps} step{'s' if lane.disturbed_steps != 1 else ''} disturbed"
             if lane.disturbed_steps else "")
-    return (f"**{lane.n_tokens}** tokens · **{lane.forwards}** forwards · MAT **{lane.mat:.2f}**  \n"
-            f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + {fmt_s(lane.prefill_s)} "
-            f"prefill{busy} · *{state}*")
+    out = (f"**{lane.n_tokens}** tokens · **{lane.forwards}** forwards · MAT **{lane.mat:.2f}**  \n"
+           f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + {fmt_s(lane.prefill_s)} "
+           f"prefill{busy} · *{state}*")
+    xs = [r["lanes"][lane.method]["tokens_per_s"] for r in series or () if lane.method in r["lanes"]]
+    if len(xs) > 1:
+        out += f"  \nMedian of {len(xs)} races: **{median(xs):.1f}** tok/s ({min(xs):.1f}–{max(xs):.1f})"
+    return out
 
 
 def lane_header_html(method: str) -> str:
@@ -156,6 +162,38 @@ def race_speedups(lanes: dict[str, Any], prefill_s: float) -> dict[str, dict[str
             out[m] = {"decode": ln.tokens_per_s / ar.tokens_per_s,
                       "total": ln.total_tokens_per_s(prefill_s) / max(1e-12, ar.total_tokens_per_s(prefill_s))}
     return out
+
+
+def race_record(lanes: dict[str, Any], prefill_s: float) -> dict[str, Any]:
+    """What a series of races keeps of one race: plain numbers, not the lanes (which hold caches)."""
+    ups = race_speedups(lanes, prefill_s)
+    return {"prefill_s": prefill_s,
+            "lanes": {m: {"tokens_per_s": ln.tokens_per_s, "total_tokens_per_s": ln.total_tokens_per_s(prefill_s),
+                          "tokens": ln.n_tokens, "mat": ln.mat, "disturbed_steps": ln.disturbed_steps}
+                      for m, ln in lanes.items()},
+            "speedups": ups}
+
+
+def series_md(series: Sequence[dict[str, Any]], asked: int) -> str:
+    """The verdict of a repeated race: per method, the median speed-up with its range."""
+    def cell(m: str, kind: str) -> str:
+        xs = [r["speedups"][m][kind] for r in series if m in r["speedups"]]
+        if not xs:
+            return f"{METHOD_TITLES.get(m, m)} –"
+        return f"{METHOD_TITLES.get(m, m)} **{median(xs):.2f}×** ({min(xs):.2f}–{max(xs):.2f})"
+
+    methods = [m for m in series[-1]["speedups"]] if series else []
+    if not methods:
+        return ""
+    n = len(series)
+    lines = [f"**Median of {n} races** (range in brackets)" + (f", {asked} were asked for" if n < asked else "")
+             + ": speed-up over plain decoding, decoding time only: " + " · ".join(cell(m, "decode") for m in methods)
+             + "; over the whole request: " + " · ".join(cell(m, "total") for m in methods) + "."]
+    busy = sum(ln["disturbed_steps"] for r in series for ln in r["lanes"].values())
+    if busy:
+        lines.append(f"⚠️ Over the {n} races, {busy} step{'s' if busy != 1 else ''} took more than 1.5× the "
+                     f"predicted forward time (charged the prediction).")
+    return "  \n".join(lines)
 
 
 def disturbed_md(lanes: dict[str, Any]) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import os
 import re
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import gradio as gr
 
@@ -30,8 +31,8 @@ from visuals import acceptance_by_source, cost_figure, race_figure
 from visuals.bench_figures import bench_figures
 
 from . import explainer as X
-from .format import (METHOD_TITLES, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, sizing_md,
-                     step_sentence, trace_header_md, verdict_md)
+from .format import (METHOD_TITLES, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, race_record,
+                     series_md, sizing_md, step_sentence, trace_header_md, verdict_md)
 from .desk import Desk
 from .inspector import clamp_step, empty_figure, fluid, render_step, step_of_span
 from .jobs import Job
@@ -43,6 +44,7 @@ from .settings import (FIELDS, Limits, Settings, capacity_value, clamp_count, co
 log = logging.getLogger("racer_app")
 
 RACE_METHODS = ("racer", "ar", "tr")
+RACE_REPEATS = 3        # the page's "race 3×" switch
 TEXT_EVERY_S = 0.1      # race text updates: ~10 per second
 PLOT_EVERY_S = 0.33     # race plot updates: ~3 per second
 FIG_WIDTH = 860        # tree / automaton figures (laid out in pixels), at most
@@ -142,8 +144,8 @@ class Studio:
             dev, dt = lm.device, lm.dtype
         else:
             try:
-                dev = resolve_device(__import__("os").environ.get("RACER_DEVICE", "auto"))
-                dt = resolve_dtype(__import__("os").environ.get("RACER_DTYPE", "auto"), dev)
+                dev = resolve_device(os.environ.get("RACER_DEVICE", "auto"))
+                dt = resolve_dtype(os.environ.get("RACER_DTYPE", "auto"), dev)
             except Exception:  # noqa: BLE001
                 import torch
                 dev, dt = torch.device("cpu"), torch.float32
@@ -157,6 +159,10 @@ class Studio:
         # The decode slot, held by every decode and by work no visitor asked for (the warm-up's
         # cost-curve measurement and preset run): none of it runs beside a race to skew its clock.
         self.slot = threading.BoundedSemaphore(max(1, self.limits.decode_concurrency))
+        # The race's clock (racer.race.CLOCKS); "wall" only to measure what the busy-step charge changes.
+        self.clock = os.environ.get("RACER_RACE_CLOCK", "charged")
+        # Repeating a race is cheap on a GPU; on a CPU one race takes a while.
+        self.repeat_default = dev.type == "cuda"
 
     def _in_slot(self, waiting: Any, work: Iterator[tuple]) -> Iterator[tuple]:
         """Run the generator `work` holding the decode slot; `waiting(status)` is the frame shown
@@ -273,14 +279,15 @@ class Studio:
 
     def _race_frame(self, status: Any = None, lanes: dict[str, Any] | None = None, spans: dict[str, Any] | None = None,
                     plot: Any = None, verdict: Any = None, running: bool | None = None, sess: Any = None,
-                    clear: bool = False) -> tuple:
+                    clear: bool = False, series: list[dict[str, Any]] | None = None) -> tuple:
         skip = gr.skip()
         out: list[Any] = [skip if status is None else status]
         for m in RACE_METHODS:
             if clear:
                 out += ["", []]
             elif lanes is not None and m in lanes:
-                out += [lane_stats_md(lanes[m], running=bool(running)), spans[m] if spans and m in spans else skip]
+                out += [lane_stats_md(lanes[m], running=bool(running), series=series),
+                        spans[m] if spans and m in spans else skip]
             else:
                 out += [skip, skip]
         out.append(skip if plot is None else gr.Plot(value=plot, visible=True))
@@ -293,8 +300,11 @@ class Studio:
         return tuple(out)
 
     def race(self, sess: Session | None, viewport: Any, prompt: str, system: str, *vals: Any) -> Iterator[tuple]:
-        """Stream a fair three-way race (see racer.race)."""
+        """Stream a fair three-way race (see racer.race). `vals` are the Settings values, then
+        optionally the page's "race 3×" switch: the race repeated, with medians and ranges."""
         sess = sess if isinstance(sess, Session) else Session()
+        repeats = RACE_REPEATS if len(vals) > len(FIELDS) and vals[len(FIELDS)] is True else 1
+        vals = vals[:len(FIELDS)]
         job = sess.begin("race")
         try:
             if job.stop.is_set():     # Stop was pressed while it waited in the queue
@@ -302,7 +312,7 @@ class Studio:
                 return
             yield self._race_frame(status="Preparing the race…", clear=True, verdict="", running=True)
             yield from self._in_slot(lambda status: self._race_frame(status=status),
-                                     self._race(sess, job, prompt, system, vals, viewport))
+                                     self._race(sess, job, prompt, system, vals, viewport, repeats))
         except UserError as e:
             gr.Warning(str(e))
             yield self._race_frame(status=f"⚠️ {e}", running=False, sess=sess)
@@ -316,7 +326,7 @@ class Studio:
             self.desk.decode_ended()
 
     def _race(self, sess: Session, job: Job, prompt: str, system: str, vals: tuple[Any, ...],
-              viewport: Any = None) -> Iterator[tuple]:
+              viewport: Any = None, repeats: int = 1) -> Iterator[tuple]:
         notes: list[str] = []
         prompt = clean_text(prompt, "prompt", self.max_chars, notes)
         system = clean_text(system, "system prompt", self.max_chars, notes)
@@ -329,29 +339,73 @@ class Studio:
         lm = self._model(s)
         ids = self._prompt_ids(lm, prompt, system)
         cfg = self._config(lm, s, len(ids), notes)
-        stop = job.stop
         if uses_auto(s) and lm.cost_curve is None:
             yield self._race_frame(status="⏳ Measuring this machine's cost curve (once per machine; up to a minute "
                                           "on a small CPU)…")
-        drafters = {"racer": make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s)),
-                    "ar": make_drafter("ar", vocab_size=lm.vocab_size),
-                    "tr": make_drafter("tr", vocab_size=lm.vocab_size)}
-        race = Race(lm, ids, drafters, cfg, detail_for=("racer",), stop_event=stop,
-                    time_limit_s=self.limits.time_limit_s, run_kwargs=self._sizer_kwargs(lm, s, RACE_METHODS))
-        tok = lm.tokenizer
-        dm = functools.partial(_decode_many, tok)
-        builders = {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
-        racer_steps: list[Any] = []
-        tr_steps: list[Any] = []
         head = (f"Racing on **{lm.name}** ({lm.device}, {str(lm.dtype).replace('torch.', '')}) · prompt "
                 f"{len(ids)} tokens · up to {cfg.max_new_tokens} new tokens · tree "
                 f"{'auto' if cfg.capacity == 'auto' else str(cfg.capacity) + ' nodes'} · "
                 f"{'greedy' if cfg.temperature <= 0 else f'sampling T={cfg.temperature:g}, top-p {cfg.top_p:g}'}")
         note = self._notes_md(notes)
-        status = head + (f"  \n{note}" if note else "") + "  \nStop ends it at the next step."
         if notes:
             gr.Info(note)
-        yield self._race_frame(status=status, lanes=race.lanes, running=True)
+        # A series shares the request's time limit; each race is built afresh (new drafters, new
+        # sizers, new caches) so no race starts with what an earlier one learnt.
+        deadline = time.perf_counter() + self.limits.time_limit_s
+        series: list[dict[str, Any]] = []
+        for i in range(repeats):
+            label = f"Race {i + 1} of {repeats} · " if repeats > 1 else ""
+            left = deadline - time.perf_counter()
+            race = Race(lm, ids, self._race_drafters(lm, s), cfg, detail_for=("racer",), stop_event=job.stop,
+                        clock=self.clock, time_limit_s=max(0.0, left),
+                        run_kwargs=self._sizer_kwargs(lm, s, RACE_METHODS))
+            status = label + head + (f"  \n{note}" if note else "") + "  \nStop ends it at the next step."
+            out = yield from self._race_stream(race, lm, status, viewport)
+            series.append(race_record(race.lanes, race.shared_prefill_s))
+            if race.stop_reason:
+                break
+            if i + 1 < repeats:
+                del race, out     # this race's caches go before the next one allocates its own
+        racer_steps, tr_steps, builders = out
+        cmp = race.compare()
+        sess.race_summary = race.summary()
+        if len(series) > 1:
+            sess.race_summary["series"] = series
+        rl = race.lanes["racer"]
+        sess.trace = self.trace_from(lm, racer_steps, ids, "race", prompt.strip().splitlines()[0], s, rl.stop_reason)
+        notes += sess.fit(self.max_session_bytes)
+        note = self._notes_md(notes)
+        chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
+        verdict = verdict_md(race.lanes, cmp, cfg.temperature <= 0, functools.partial(_decode_many_raw, lm.tokenizer),
+                             race.stop_reason, chosen, prefill_s=race.shared_prefill_s)
+        if repeats > 1:
+            verdict = series_md(series, repeats) + "\n\n**The last race:** " + verdict
+        done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({self.limits.time_limit_s:.0f} s) reached."
+                }.get(race.stop_reason or "", "🏁 Finished.")
+        if repeats > 1:
+            done += f" {len(series)} of {repeats} races run."
+        yield self._race_frame(status=f"{done} {head}" + (f"  \n{note}" if note else "") +
+                               "  \nOpen **Step inspector** to replay RACER's steps.",
+                               lanes=race.lanes, spans={m: list(builders[m].spans) for m in RACE_METHODS},
+                               plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH,
+                                                      prefill_s=race.shared_prefill_s), viewport),
+                               verdict=verdict, running=False, sess=sess, series=series if repeats > 1 else None)
+
+    @staticmethod
+    def _race_drafters(lm: Any, s: Settings) -> dict[str, Any]:
+        return {"racer": make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s)),
+                "ar": make_drafter("ar", vocab_size=lm.vocab_size),
+                "tr": make_drafter("tr", vocab_size=lm.vocab_size)}
+
+    def _race_stream(self, race: Race, lm: Any, status: str,
+                     viewport: Any) -> Generator[tuple, None, tuple[list[Any], list[Any], dict[str, SpanBuilder]]]:
+        """Run one race, streaming frames; returns RACER's and TR's step records and the text builders.
+        Only the steps are timed (inside `Race`): building and sending these frames is not."""
+        dm = functools.partial(_decode_many, lm.tokenizer)
+        builders = {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
+        racer_steps: list[Any] = []
+        tr_steps: list[Any] = []
+        yield self._race_frame(status=status, lanes=race.lanes, spans={m: [] for m in RACE_METHODS}, running=True)
         last_text = last_plot = 0.0
         dirty: set[str] = set()
         for lane, rec in race:
@@ -372,25 +426,7 @@ class Studio:
                 dirty.clear()
                 last_text = now
                 yield self._race_frame(lanes=race.lanes, spans=spans, plot=plot, running=True)
-
-        # The finish line.
-        cmp = race.compare()
-        sess.race_summary = race.summary()
-        rl = race.lanes["racer"]
-        sess.trace = self.trace_from(lm, racer_steps, ids, "race", prompt.strip().splitlines()[0], s, rl.stop_reason)
-        notes += sess.fit(self.max_session_bytes)
-        note = self._notes_md(notes)
-        chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
-        verdict = verdict_md(race.lanes, cmp, cfg.temperature <= 0, functools.partial(_decode_many_raw, tok),
-                             race.stop_reason, chosen, prefill_s=race.shared_prefill_s)
-        done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({self.limits.time_limit_s:.0f} s) reached."
-                }.get(race.stop_reason or "", "🏁 Finished.")
-        yield self._race_frame(status=f"{done} {head}" + (f"  \n{note}" if note else "") +
-                               "  \nOpen **Step inspector** to replay RACER's steps.",
-                               lanes=race.lanes, spans={m: list(builders[m].spans) for m in RACE_METHODS},
-                               plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH,
-                                                      prefill_s=race.shared_prefill_s), viewport),
-                               verdict=verdict, running=False, sess=sess)
+        return racer_steps, tr_steps, builders
 
     async def stop(self, sess: Session | None, request: gr.Request) -> tuple:
         """Outputs: status, the view's go button, its Stop button (see Desk.stop)."""
