@@ -18,12 +18,16 @@ lanes' clocks all start at zero after it, each lane's prefill is reported as mea
 `shared_prefill_s` (the lanes' median) is what a whole-request comparison adds to every lane.
 
 A clock that holds when the machine is shared. Another process, another visitor or the page's
-own updates stall every parallel region of a forward, and the method with more forwards (plain
-decoding) loses more: wall time alone turns contention into speed-up. So a step whose verify
-forward took more than DISTURBED x what the machine's cost curve predicts for its tree size and
-context is charged the prediction instead, and counted as disturbed. Each lane reports what it
-discounted, so the app can say the machine was busy. On a quiet machine no step is discounted
-and the clock is the wall clock.
+own updates stall a forward now and then, and charged at wall time those stalls decide the
+race. So every verify forward is compared with what its lane's forwards typically take at its
+tree size and context: the machine's cost curve gives the shape (how the time grows with tree
+size and context), the lane's own median of measured/predicted gives the level (so the curve's
+absolute error, measured once on random trees, does not favour a lane). A forward that took more
+than DISTURBED x that is charged the typical time instead and counted as disturbed; the rest of
+the step (drafting, acceptance) stays at wall time. The typical level is re-estimated as the
+lane runs and settled over all its steps at the end, when every lane's time is recomputed.
+On a quiet machine (docs/PERFORMANCE.md, "The race's clock": no forward of a quiet race exceeds
+1.2x its lane's typical time) no step is discounted and the clock is the wall clock.
 
 Do not use `DecodeRun.result.tokens_per_s` of a raced run: its wall clock includes the time
 the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
@@ -31,6 +35,7 @@ the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,8 +47,10 @@ from .loop import DecodeConfig, DecodeRun
 from .models import LoadedModel
 from .records import DecodeResult, StepRecord, mean_accepted
 
-#: A forward (or prefill) this many times its expected time was disturbed by other work.
+#: A forward this many times its lane's typical time (for its tree size and context) was disturbed.
 DISTURBED = 1.5
+#: Forwards a lane needs before its typical level is estimated (and anything is called disturbed).
+MIN_TYPICAL = 3
 #: "charged": a disturbed forward is charged the cost curve's prediction; "wall": wall time only.
 CLOCKS = ("charged", "wall")
 
@@ -56,8 +63,11 @@ class Lane:
     detail: bool = False
     compute_s: float = 0.0              # own decoding compute: its steps (prefill and picture overhead excluded)
     prefill_s: float = 0.0              # its prefill, as measured
-    disturbed_steps: int = 0            # steps charged the cost curve's forward time
-    discounted_s: float = 0.0           # forward time not charged: what disturbed forwards took beyond the curve
+    disturbed_steps: int = 0            # steps charged their typical forward time
+    discounted_s: float = 0.0           # forward time not charged: what disturbed forwards took beyond typical
+    scale: float | None = None          # the lane's median measured / cost-curve forward time
+    #: Per step: (seconds, the forward's measured ms, the cost curve's ms or None when not forwarded).
+    charges: list[tuple[float, float, float | None]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     steps: int = 0                      # step records (each commits >= 1 token)
     forwards: int = 0                   # verification forwards, the prefill's included
@@ -91,7 +101,8 @@ class Lane:
                 "mat": round(self.mat, 4), "tokens_per_s": round(self.tokens_per_s, 3),
                 "compute_s": round(self.compute_s, 4), "prefill_s": round(self.prefill_s, 4),
                 "disturbed_steps": self.disturbed_steps,
-                "discounted_s": round(self.discounted_s, 4), "done": self.done, "stop_reason": self.stop_reason}
+                "discounted_s": round(self.discounted_s, 4),
+                "scale": None if self.scale is None else round(self.scale, 3), "done": self.done, "stop_reason": self.stop_reason}
 
 
 @dataclass
@@ -177,8 +188,9 @@ class Race:
                 t = time.perf_counter()
                 try:
                     rec = next(it)
-                except StopIteration:
-                    lane.compute_s += time.perf_counter() - t
+                except StopIteration:      # the run's end: its last bookkeeping, no forward
+                    lane.charges.append((time.perf_counter() - t, 0.0, None))
+                    self._reckon(lane)
                     self._finish(lane)
                     continue
                 dt = max(0.0, time.perf_counter() - t - self._picture_overhead(lane, rec))
@@ -186,33 +198,57 @@ class Race:
                     # The first next() ran the prefill too: it is kept apart from the decoding clock.
                     lane.prefill_s = min(dt, lane.run.prefill_ms / 1e3)
                     dt -= lane.prefill_s
-                lane.compute_s += dt - self._discount(lane, rec)
+                self._charge(lane, rec, dt)
                 lane.steps += 1
                 lane.forwards += 1 if rec.forwarded else 0
                 lane.tokens.extend(rec.committed)
                 lane.points.append((lane.compute_s, lane.n_tokens))
                 lane.last_info = rec.info
                 yield lane, rec
+            self._settle()
         finally:
             self.wall_s = time.perf_counter() - t0
             for ln in self.lanes.values():
                 if not ln.started and not ln.done:
                     ln.stop_reason = ln.stop_reason or self.stop_reason or "not_started"
 
-    def _discount(self, lane: Lane, rec: StepRecord) -> float:
-        """Seconds of this step's forward beyond what the cost curve predicts, when the forward
-        took more than DISTURBED x the prediction (0 otherwise)."""
-        if self.curve is None or not rec.forwarded:
-            return 0.0
-        measured = float(rec.timings.get("forward_ms", 0.0)) / 1e3
-        expected = self.curve.t(len(rec.tree), rec.context_len) / 1e3
-        if measured <= DISTURBED * expected:
-            return 0.0
-        lane.disturbed_steps += 1
-        if self.clock == "wall":            # counted, still charged in full
-            return 0.0
-        lane.discounted_s += measured - expected
-        return measured - expected
+    def _charge(self, lane: Lane, rec: StepRecord, dt: float) -> None:
+        """Record the step and re-add the lane's clock with its current typical level (see the
+        module doc); the points drawn so far keep the times they were drawn with."""
+        expected = None
+        if self.curve is not None and rec.forwarded:
+            expected = self.curve.t(len(rec.tree), rec.context_len)
+        lane.charges.append((dt, float(rec.timings.get("forward_ms", 0.0)), expected))
+        self._reckon(lane)
+
+    def _reckon(self, lane: Lane) -> list[float]:
+        """The lane's clock from its recorded steps; returns the charged seconds per step."""
+        ratios = sorted(f / e for _, f, e in lane.charges if e and f > 0)
+        lane.scale = statistics.median(ratios) if len(ratios) >= MIN_TYPICAL else None
+        out, n, saved = [], 0, 0.0
+        for dt, f, e in lane.charges:
+            cut = 0.0
+            if lane.scale is not None and e and f > DISTURBED * lane.scale * e:
+                cut = min(dt, (f - lane.scale * e) / 1e3)
+                n += 1
+            if self.clock == "wall":
+                cut = 0.0                    # counted, still charged in full
+            saved += cut
+            out.append(dt - cut)
+        lane.disturbed_steps, lane.discounted_s, lane.compute_s = n, saved, sum(out)
+        return out
+
+    def _settle(self) -> None:
+        """At the end: every lane's clock and points from its typical level over all its steps."""
+        for lane in self.lanes.values():
+            if not lane.charges:
+                continue
+            per_step = self._reckon(lane)
+            t, pts = 0.0, [(0.0, 0)]
+            for (_, n_tok), dt in zip(lane.points[1:], per_step):
+                t += dt
+                pts.append((t, n_tok))
+            lane.points = pts
 
     @staticmethod
     def _picture_overhead(lane: Lane, rec: StepRecord) -> float:
@@ -259,13 +295,11 @@ class Race:
 
     @property
     def shared_prefill_s(self) -> float:
-        """The prefill every lane does alike (the same prompt): the median of the lanes' measured
-        prefills, so one prefill slowed by other work does not decide a whole-request comparison."""
-        xs = sorted(ln.prefill_s for ln in self.lanes.values() if ln.steps)
-        if not xs:
-            return 0.0
-        mid = len(xs) // 2
-        return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+        """The prefill every lane does alike (the same prompt, the same work): the shortest of the
+        lanes' measured prefills, the one least disturbed by other work, so a busy moment during
+        one prefill does not decide a whole-request comparison."""
+        xs = [ln.prefill_s for ln in self.lanes.values() if ln.steps]
+        return min(xs) if xs else 0.0
 
     @property
     def disturbed_steps(self) -> int:

@@ -191,8 +191,8 @@ def series_md(series: Sequence[dict[str, Any]], asked: int) -> str:
              + "; over the whole request: " + " · ".join(cell(m, "total") for m in methods) + "."]
     busy = sum(ln["disturbed_steps"] for r in series for ln in r["lanes"].values())
     if busy:
-        lines.append(f"⚠️ Over the {n} races, {busy} step{'s' if busy != 1 else ''} took more than 1.5× the "
-                     f"predicted forward time (charged the prediction).")
+        lines.append(f"⚠️ Over the {n} races, {busy} step{'s' if busy != 1 else ''} had a forward that took "
+                     f"more than 1.5× its method's typical time (charged the typical time).")
     return "  \n".join(lines)
 
 
@@ -205,9 +205,10 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
     return (f"⚠️ **The machine was busy during this race**: {sum(hit.values())} step"
             f"{'s' if sum(hit.values()) != 1 else ''} ("
             + ", ".join(f"{METHOD_TITLES.get(m, m)} {n}" for m, n in hit.items())
-            + f") took more than 1.5× the forward time this machine's cost curve predicts. Those steps were "
-            f"charged the predicted time ({fmt_s(saved)} of other work left out), so the speed-ups compare the "
-            f"methods' own work, not the interruptions.")
+            + f") had a forward pass that took more than 1.5× what that method's forwards typically take at "
+            f"its tree size and context (the level from its own steps, the shape from this machine's cost "
+            f"curve). Those forwards were charged the typical time ({fmt_s(saved)} of other work left out), "
+            f"so the speed-ups compare the methods' own work, not the interruptions.")
 
 
 def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Callable[[list[int]], str],
@@ -220,7 +221,7 @@ def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Calla
         lines.append("Speed-up over plain decoding, decoding time only (each method's own compute, the prefill "
                      "left out): " + " · ".join(parts) + ".")
         lines.append("Over the whole request (every method charged the same prefill, "
-                     f"{fmt_s(prefill_s)}: the median of the three): "
+                     f"{fmt_s(prefill_s)}: the shortest of the three, the same work measured thrice): "
                      + " · ".join(f"{METHOD_TITLES.get(m, m)} {u['total']:.2f}×" for m, u in ups.items()) + ".")
     busy = disturbed_md(lanes)
     if busy:

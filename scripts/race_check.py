@@ -2,7 +2,7 @@
 running app, quiet and under load, against an interleaved `python -m racer.bench` run of the
 same prompt on the same machine.
 
-    .venv/bin/python scripts/race_check.py                        # Rename in code, 128 tokens, 3 races per mode
+    .venv/bin/python scripts/race_check.py                        # Extract to JSON, 128 tokens, 3 races per mode
     .venv/bin/python scripts/race_check.py --example "Copy with a small change" --races 5
     .venv/bin/python scripts/race_check.py --modes api,inspector  # skip the browser
     .venv/bin/python scripts/race_check.py --clock wall           # the app's clock without the busy-step charge
@@ -62,6 +62,8 @@ def parse_race(verdict: str, stats: dict[str, str]) -> dict[str, Any]:
     for lane, md in stats.items():
         m = re.search(r"([\d.]+)\s*tok/s", md.replace("*", ""))
         out[f"{lane}_tps"] = float(m.group(1)) if m else None
+        m = re.search(r"(\d+) steps? disturbed", md)
+        out[f"{lane}_disturbed"] = int(m.group(1)) if m else 0
     return out
 
 
@@ -164,7 +166,8 @@ def browser_races(url: str, title: str, max_new: int, n: int) -> list[dict[str, 
         pg.get_by_text(title).first.click()
         for _ in range(n):
             pg.locator("#run").click()
-            pg.locator("#race-status").get_by_text(re.compile("Preparing|Racing|Waiting")).first.wait_for()
+            # The last race's status reads "Finished … Racing on …" until this one's first frame.
+            pg.wait_for_function("() => !document.querySelector('#race-status').innerText.includes('Finished')")
             pg.locator("#race-status").get_by_text(re.compile("Finished")).wait_for()
             out.append(parse_race(pg.locator("#verdict").inner_text(),
                                   {m: pg.locator(f"#stats-{m}").inner_text() for m in LANES}))
@@ -189,7 +192,7 @@ def summarise(rows: list[dict[str, Any]], ref: dict[str, Any]) -> dict[str, Any]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--example", default="Rename in code", help="a shipped example's title (assets/examples.json)")
+    ap.add_argument("--example", default="Extract to JSON", help="a shipped example's title (assets/examples.json)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--races", type=int, default=3, help="races per mode")
     ap.add_argument("--modes", default="api,inspector,browser")
@@ -240,12 +243,12 @@ def main() -> int:
     print(f"bench (interleaved, median of {args.bench_repeats}): RACER {ref['speedup']:.2f}× decoding, "
           f"{ref['speedup_total']:.2f}× whole request; tok/s racer {ref['racer_tps']}, ar {ref['ar_tps']}, "
           f"tr {ref['tr_tps']}")
-    print("| mode | race | RACER × | whole × | racer tok/s | ar tok/s | tr tok/s | disturbed |")
+    print("| mode | race | RACER × | whole × | racer tok/s | ar tok/s | tr tok/s | disturbed racer/ar/tr |")
     print("|---|---|---|---|---|---|---|---|")
     for mode, rs in races.items():
         for i, r in enumerate(rs, 1):
             print(f"| {mode} | {i} | {r['speedup']} | {r['speedup_total']} | {r['racer_tps']} | {r['ar_tps']} | "
-                  f"{r['tr_tps']} | {r['disturbed']} |")
+                  f"{r['tr_tps']} | {r['racer_disturbed']}/{r['ar_disturbed']}/{r['tr_disturbed']} |")
     print("\n| mode | median RACER × | spread | vs bench | whole × vs bench | racer tok/s spread | ar tok/s spread |")
     print("|---|---|---|---|---|---|---|")
     for mode, s in result["summary"].items():
