@@ -17,17 +17,16 @@ The prefill is kept apart: every lane reads the same prompt once before its firs
 lanes' clocks all start at zero after it, each lane's prefill is reported as measured, and
 `shared_prefill_s` (the lanes' median) is what a whole-request comparison adds to every lane.
 
-A clock that holds when the machine is shared. Another process, another visitor or the page's
-own updates stall a forward now and then, and charged at wall time those stalls decide the
-race. So every verify forward is compared with what its lane's forwards typically take at its
-tree size and context: the machine's cost curve gives the shape (how the time grows with tree
-size and context), the lane's own median of measured/predicted gives the level (so the curve's
-absolute error, measured once on random trees, does not favour a lane). A forward that took more
-than DISTURBED x that is charged the typical time instead and counted as disturbed; the rest of
-the step (drafting, acceptance) stays at wall time. The typical level is re-estimated as the
-lane runs and settled over all its steps at the end, when every lane's time is recomputed.
-On a quiet machine (docs/PERFORMANCE.md, "The race's clock": no forward of a quiet race exceeds
-1.2x its lane's typical time) no step is discounted and the clock is the wall clock.
+What the clock leaves out: the page's work (building and sending frames happens between steps,
+outside the timed `next()`), the server's own decodes (the app's warm-up and every visitor's
+decode hold one decode slot, so none runs beside a race) and each lane's prefill. What it keeps:
+load the race cannot stop, such as another visitor's inspector or another process. It charges
+that at wall time: measured against a busy-step charge and a cost-curve clock on the same
+recorded races (docs/PERFORMANCE.md, "The race's clock"), wall time gave the steadiest speed-ups
+under load, because the load falls on every lane alike as they take turns. What the race does
+about such load is say so: a forward that took more than DISTURBED x what this machine's cost
+curve predicts for its tree size and context is counted as disturbed, per lane, for the page to
+report (on a quiet machine at most one forward of a race comes near that).
 
 Do not use `DecodeRun.result.tokens_per_s` of a raced run: its wall clock includes the time
 the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
@@ -35,7 +34,6 @@ the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,12 +45,8 @@ from .loop import DecodeConfig, DecodeRun
 from .models import LoadedModel
 from .records import DecodeResult, StepRecord, mean_accepted
 
-#: A forward this many times its lane's typical time (for its tree size and context) was disturbed.
+#: A forward this many times the cost curve's time for its tree size and context was disturbed.
 DISTURBED = 1.5
-#: Forwards a lane needs before its typical level is estimated (and anything is called disturbed).
-MIN_TYPICAL = 3
-#: "charged": a disturbed forward is charged the cost curve's prediction; "wall": wall time only.
-CLOCKS = ("charged", "wall")
 
 
 @dataclass
@@ -63,10 +57,8 @@ class Lane:
     detail: bool = False
     compute_s: float = 0.0              # own decoding compute: its steps (prefill and picture overhead excluded)
     prefill_s: float = 0.0              # its prefill, as measured
-    disturbed_steps: int = 0            # steps charged their typical forward time
-    discounted_s: float = 0.0           # forward time not charged: what disturbed forwards took beyond typical
-    scale: float | None = None          # the lane's median measured / cost-curve forward time
-    #: Per step: (seconds, the forward's measured ms, the cost curve's ms or None when not forwarded).
+    disturbed_steps: int = 0            # steps whose forward took > DISTURBED x the cost curve's time
+    #: Per step: (seconds charged, the forward's measured ms, the cost curve's ms or None).
     charges: list[tuple[float, float, float | None]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     steps: int = 0                      # step records (each commits >= 1 token)
@@ -91,6 +83,11 @@ class Lane:
         """Tokens per second of decoding (the prefill left out)."""
         return self.n_tokens / self.compute_s if self.compute_s > 0 else 0.0
 
+    @property
+    def checked_forwards(self) -> int:
+        """Forwards the cost curve could judge: what `disturbed_steps` is out of."""
+        return sum(1 for _, _, e in self.charges if e)
+
     def total_tokens_per_s(self, prefill_s: float) -> float:
         """Tokens per second of the whole request, with `prefill_s` for the prefill."""
         total = self.compute_s + prefill_s
@@ -100,9 +97,7 @@ class Lane:
         return {"method": self.method, "tokens": self.n_tokens, "steps": self.steps, "forwards": self.forwards,
                 "mat": round(self.mat, 4), "tokens_per_s": round(self.tokens_per_s, 3),
                 "compute_s": round(self.compute_s, 4), "prefill_s": round(self.prefill_s, 4),
-                "disturbed_steps": self.disturbed_steps,
-                "discounted_s": round(self.discounted_s, 4),
-                "scale": None if self.scale is None else round(self.scale, 3), "done": self.done, "stop_reason": self.stop_reason}
+                "disturbed_steps": self.disturbed_steps, "done": self.done, "stop_reason": self.stop_reason}
 
 
 @dataclass
@@ -126,16 +121,12 @@ class Race:
                  configs: Mapping[str, DecodeConfig] | None = None,
                  run_kwargs: Mapping[str, dict[str, Any]] | None = None,
                  stop_event: threading.Event | None = None, time_limit_s: float | None = None,
-                 new_from: int = 0, cost_curve: CostCurve | None = None, clock: str = "charged") -> None:
+                 new_from: int = 0, cost_curve: CostCurve | None = None) -> None:
         """`cost_curve` (default: the model's, once measured) tells a disturbed forward; without
-        one the clock is the wall clock alone. `clock="wall"` charges every step its wall time
-        even when disturbed (for measuring what the busy-step charge changes)."""
+        one none is counted."""
         if not drafters:
             raise ValueError("a race needs at least one method")
-        if clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
         self.curve = cost_curve if cost_curve is not None else lm.cost_curve
-        self.clock = clock
         base = config or DecodeConfig()
         self.stop_event = stop_event
         self.time_limit_s = time_limit_s
@@ -189,8 +180,7 @@ class Race:
                 try:
                     rec = next(it)
                 except StopIteration:      # the run's end: its last bookkeeping, no forward
-                    lane.charges.append((time.perf_counter() - t, 0.0, None))
-                    self._reckon(lane)
+                    lane.compute_s += time.perf_counter() - t
                     self._finish(lane)
                     continue
                 dt = max(0.0, time.perf_counter() - t - self._picture_overhead(lane, rec))
@@ -205,7 +195,6 @@ class Race:
                 lane.points.append((lane.compute_s, lane.n_tokens))
                 lane.last_info = rec.info
                 yield lane, rec
-            self._settle()
         finally:
             self.wall_s = time.perf_counter() - t0
             for ln in self.lanes.values():
@@ -213,42 +202,13 @@ class Race:
                     ln.stop_reason = ln.stop_reason or self.stop_reason or "not_started"
 
     def _charge(self, lane: Lane, rec: StepRecord, dt: float) -> None:
-        """Record the step and re-add the lane's clock with its current typical level (see the
-        module doc); the points drawn so far keep the times they were drawn with."""
-        expected = None
-        if self.curve is not None and rec.forwarded:
-            expected = self.curve.t(len(rec.tree), rec.context_len)
-        lane.charges.append((dt, float(rec.timings.get("forward_ms", 0.0)), expected))
-        self._reckon(lane)
-
-    def _reckon(self, lane: Lane) -> list[float]:
-        """The lane's clock from its recorded steps; returns the charged seconds per step."""
-        ratios = sorted(f / e for _, f, e in lane.charges if e and f > 0)
-        lane.scale = statistics.median(ratios) if len(ratios) >= MIN_TYPICAL else None
-        out, n, saved = [], 0, 0.0
-        for dt, f, e in lane.charges:
-            cut = 0.0
-            if lane.scale is not None and e and f > DISTURBED * lane.scale * e:
-                cut = min(dt, (f - lane.scale * e) / 1e3)
-                n += 1
-            if self.clock == "wall":
-                cut = 0.0                    # counted, still charged in full
-            saved += cut
-            out.append(dt - cut)
-        lane.disturbed_steps, lane.discounted_s, lane.compute_s = n, saved, sum(out)
-        return out
-
-    def _settle(self) -> None:
-        """At the end: every lane's clock and points from its typical level over all its steps."""
-        for lane in self.lanes.values():
-            if not lane.charges:
-                continue
-            per_step = self._reckon(lane)
-            t, pts = 0.0, [(0.0, 0)]
-            for (_, n_tok), dt in zip(lane.points[1:], per_step):
-                t += dt
-                pts.append((t, n_tok))
-            lane.points = pts
+        """Add the step's seconds to the lane's clock; count its forward if the curve calls it disturbed."""
+        measured = float(rec.timings.get("forward_ms", 0.0))
+        expected = self.curve.t(len(rec.tree), rec.context_len) if self.curve is not None and rec.forwarded else None
+        if expected and measured > DISTURBED * expected:
+            lane.disturbed_steps += 1
+        lane.charges.append((dt, measured, expected))
+        lane.compute_s += dt
 
     @staticmethod
     def _picture_overhead(lane: Lane, rec: StepRecord) -> float:

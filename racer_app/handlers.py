@@ -159,8 +159,6 @@ class Studio:
         # The decode slot, held by every decode and by work no visitor asked for (the warm-up's
         # cost-curve measurement and preset run): none of it runs beside a race to skew its clock.
         self.slot = threading.BoundedSemaphore(max(1, self.limits.decode_concurrency))
-        # The race's clock (racer.race.CLOCKS); "wall" only to measure what the busy-step charge changes.
-        self.clock = os.environ.get("RACER_RACE_CLOCK", "charged")
         # Repeating a race is cheap on a GPU; on a CPU one race takes a while.
         self.repeat_default = dev.type == "cuda"
 
@@ -357,13 +355,13 @@ class Studio:
             label = f"Race {i + 1} of {repeats} · " if repeats > 1 else ""
             left = deadline - time.perf_counter()
             race = Race(lm, ids, self._race_drafters(lm, s), cfg, detail_for=("racer",), stop_event=job.stop,
-                        clock=self.clock, time_limit_s=max(0.0, left),
+                        time_limit_s=max(0.0, left),
                         run_kwargs=self._sizer_kwargs(lm, s, RACE_METHODS))
             status = label + head + (f"  \n{note}" if note else "") + "  \nStop ends it at the next step."
             out = yield from self._race_stream(race, lm, status, viewport)
-            series.append(race_record(race.lanes, race.shared_prefill_s))
-            if race.stop_reason:
+            if race.stop_reason:        # a race cut short does not count in the series
                 break
+            series.append(race_record(race.lanes, race.shared_prefill_s))
             if i + 1 < repeats:
                 del race, out     # this race's caches go before the next one allocates its own
         racer_steps, tr_steps, builders = out
@@ -378,12 +376,13 @@ class Studio:
         chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
         verdict = verdict_md(race.lanes, cmp, cfg.temperature <= 0, functools.partial(_decode_many_raw, lm.tokenizer),
                              race.stop_reason, chosen, prefill_s=race.shared_prefill_s)
-        if repeats > 1:
+        if repeats > 1 and series:
             verdict = series_md(series, repeats) + "\n\n**The last race:** " + verdict
         done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({self.limits.time_limit_s:.0f} s) reached."
                 }.get(race.stop_reason or "", "🏁 Finished.")
         if repeats > 1:
-            done += f" {len(series)} of {repeats} races run."
+            done = (f"🏁 Finished {repeats} of {repeats} races." if not race.stop_reason else
+                    f"{done[:-1]} during race {len(series) + 1} of {repeats}.")
         yield self._race_frame(status=f"{done} {head}" + (f"  \n{note}" if note else "") +
                                "  \nOpen **Step inspector** to replay RACER's steps.",
                                lanes=race.lanes, spans={m: list(builders[m].spans) for m in RACE_METHODS},

@@ -5,7 +5,6 @@ same prompt on the same machine.
     .venv/bin/python scripts/race_check.py                        # Extract to JSON, 128 tokens, 3 races per mode
     .venv/bin/python scripts/race_check.py --example "Copy with a small change" --races 5
     .venv/bin/python scripts/race_check.py --modes api,inspector  # skip the browser
-    .venv/bin/python scripts/race_check.py --clock wall           # the app's clock without the busy-step charge
 
 Order (the machine must be otherwise idle; every step runs alone except the load it adds):
   1. bench: `racer.bench` on the example's prompt, methods ar,tr,racer interleaved, 3 repeats;
@@ -57,12 +56,12 @@ def parse_race(verdict: str, stats: dict[str, str]) -> dict[str, Any]:
     out["speedup"] = float(m.group(1)) if m else None
     m = re.search(r"RACER ([\d.]+)×", whole)
     out["speedup_total"] = float(m.group(1)) if m else None
-    m = re.search(r"busy during this race\W+(\d+) step", plain)
+    m = re.search(r"busy during this race\W+(\d+) of", plain)
     out["disturbed"] = int(m.group(1)) if m else 0
     for lane, md in stats.items():
         m = re.search(r"([\d.]+)\s*tok/s", md.replace("*", ""))
         out[f"{lane}_tps"] = float(m.group(1)) if m else None
-        m = re.search(r"(\d+) steps? disturbed", md)
+        m = re.search(r"(\d+) of \d+ forwards disturbed", md)
         out[f"{lane}_disturbed"] = int(m.group(1)) if m else 0
     return out
 
@@ -94,11 +93,11 @@ def bench(prompt: str, max_new: int, repeats: int) -> dict[str, Any]:
 
 # -- the app ---------------------------------------------------------------------------------------
 
-def start_app(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
+def start_app() -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PORT=str(port), HOST="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", **env_extra)
+    env = dict(os.environ, PORT=str(port), HOST="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False")
     log = open(ROOT / "artifacts" / "race-check-server.log", "w")
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
@@ -197,8 +196,6 @@ def main() -> int:
     ap.add_argument("--races", type=int, default=3, help="races per mode")
     ap.add_argument("--modes", default="api,inspector,browser")
     ap.add_argument("--bench-repeats", type=int, default=3)
-    ap.add_argument("--clock", choices=("charged", "wall"), default="charged",
-                    help="the race's clock: the app's (busy steps charged the cost curve) or wall time alone")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     ex = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[args.example]
@@ -207,11 +204,10 @@ def main() -> int:
     (ROOT / "artifacts").mkdir(exist_ok=True)
     cpu = sorted(set(re.findall(r"avx512_bf16|avx2", Path("/proc/cpuinfo").read_text())))
     result: dict[str, Any] = {"example": args.example, "max_new_tokens": args.max_new_tokens, "cpu": cpu,
-                              "clock": args.clock, "command": " ".join(sys.argv)}
+                              "command": " ".join(sys.argv)}
     print(f"bench: {args.example}, {args.max_new_tokens} tokens, {args.bench_repeats} repeats …", file=sys.stderr)
     ref = result["bench"] = bench(ex["prompt"], args.max_new_tokens, args.bench_repeats)
-    env = {"RACER_RACE_CLOCK": "wall"} if args.clock == "wall" else {}
-    proc, url = start_app(env)
+    proc, url = start_app()
     races: dict[str, list[dict[str, Any]]] = {}
     try:
         print("first race after start-up …", file=sys.stderr)
@@ -239,7 +235,7 @@ def main() -> int:
         proc.wait(timeout=30)
     result["races"] = races
     result["summary"] = {m: summarise(rs, ref) for m, rs in races.items()}
-    print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}, clock {args.clock}")
+    print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}")
     print(f"bench (interleaved, median of {args.bench_repeats}): RACER {ref['speedup']:.2f}× decoding, "
           f"{ref['speedup_total']:.2f}× whole request; tok/s racer {ref['racer_tps']}, ar {ref['ar_tps']}, "
           f"tr {ref['tr_tps']}")

@@ -226,6 +226,35 @@ def test_stop_ends_the_race_promptly():
     assert 0 < n < 64 * 3 and sess.trace.stop_reason in ("stopped", None)
 
 
+def test_race_three_times_reports_medians_and_ranges(server):
+    c = client(server)
+    out = c.predict(0, PROMPT, "", *settings(max_new=24), True, api_name="/race")
+    status, verdict, racer_stats = out[0], out[8], out[1]
+    assert "Finished 3 of 3 races" in status
+    m = re.search(r"Median of 3 races.*?RACER \*\*([\d.]+)×\*\* \(([\d.]+)–([\d.]+)\)", verdict, re.S)
+    assert m and float(m.group(2)) <= float(m.group(1)) <= float(m.group(3)), verdict
+    assert "The last race:" in verdict and "Identical outputs" in verdict
+    assert re.search(r"Median of 3 races: \*\*[\d.]+\*\* tok/s \([\d.]+–[\d.]+\)", racer_stats)
+    # Without the switch (an API call with the Settings values only): one race.
+    one = race(c, max_new=8)
+    assert "Finished." in one["status"] and "races" not in one["status"] and "Median" not in one["verdict"]
+
+
+def test_stop_ends_a_series_of_races():
+    from racer_app.handlers import Studio
+    from racer_app.models import ModelStore
+    from racer_app.session import Session
+    studio = Studio(ModelStore(make_lm()), LIMITS)
+    sess = Session()
+    frame = None
+    for frame in studio.race(sess, 0, PROMPT, "", *settings(max_new=24), True):
+        if "Race 3 of 3" in str(frame[0]):
+            sess.stop.set()
+    assert "Stopped during race 3 of 3" in frame[0], frame[0]
+    # The race cut short does not count: the two finished ones do.
+    assert "Median of 2 races" in frame[8] and "3 were asked for" in frame[8], frame[8]
+
+
 def test_chat_keeps_its_automaton_across_turns(server):
     c = client(server)
     s = settings(max_new=16)

@@ -1,0 +1,100 @@
+"""Which clock should the race use? Candidate clocks computed from the same recorded races, in
+one process, on a quiet machine and under two kinds of load:
+
+    .venv/bin/python scripts/race_clocks.py                       # Extract to JSON, 128 tokens, 4 races per load
+    .venv/bin/python scripts/race_clocks.py --races 6 --loads quiet,process
+
+Loads: quiet; process (a busy-loop process takes one of the cores for the whole race); render (a
+thread of this process builds and serialises plotly figures, as another visitor's inspector does
+in the app's server, sharing the interpreter lock). Clocks, each RACER's speed-up over plain
+decoding from the same steps (`Lane.charges`):
+  wall     every step its wall time (what racer.race charges);
+  trimmed  a forward above 1.5x its lane's median (measured / cost curve) charged that median;
+  model    every forward charged its lane's median x the cost curve, the rest at wall time.
+Prints the speed-up of every race, the median and the spread (max - min over the median).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CLOCKS = ("wall", "trimmed", "model")
+
+
+def lane_seconds(charges: list[tuple[float, float, float | None]]) -> dict[str, float]:
+    ratios = [f / e for _, f, e in charges if e and f > 0]
+    level = statistics.median(ratios) if ratios else 1.0
+    wall = sum(dt for dt, _, _ in charges)
+    trimmed = sum(dt - ((f - level * e) / 1e3 if e and f > 1.5 * level * e else 0.0) for dt, f, e in charges)
+    model = sum(dt - (f - level * e) / 1e3 if e else dt for dt, f, e in charges)
+    return {"wall": wall, "trimmed": trimmed, "model": model}
+
+
+def render_load(halt: threading.Event) -> None:
+    import numpy as np
+    import plotly.graph_objects as go
+    while not halt.is_set():
+        go.Figure([go.Scatter(x=np.arange(300), y=np.random.rand(300), mode="markers+text",
+                              text=[str(i) for i in range(300)]) for _ in range(4)]).to_json()
+        time.sleep(0.02)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--example", default="Extract to JSON")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--races", type=int, default=4)
+    ap.add_argument("--loads", default="quiet,process,render")
+    args = ap.parse_args()
+    from racer import DecodeConfig, build_input_ids, load_model, make_drafter
+    from racer.costcurve import get_cost_curve
+    from racer.race import Race
+    from racer.sizing import Sizer
+
+    lm = load_model("default")
+    curve = get_cost_curve(lm)
+    ex = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[args.example]
+    ids = build_input_ids(lm.tokenizer, ex["prompt"], system=ex.get("system") or None)
+    print(f"{args.example}, {args.max_new_tokens} new tokens, {args.races} races per load")
+    print("| load | clock | RACER × per race | median | spread |\n|---|---|---|---|---|")
+    for load in args.loads.split(","):
+        halt, proc = threading.Event(), None
+        if load == "process":
+            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        elif load == "render":
+            threading.Thread(target=render_load, args=(halt,), daemon=True).start()
+        try:
+            ups: dict[str, list[float]] = {c: [] for c in CLOCKS}
+            for _ in range(args.races):
+                race = Race(lm, ids, {m: make_drafter(m, vocab_size=lm.vocab_size) for m in ("racer", "ar", "tr")},
+                            DecodeConfig(max_new_tokens=args.max_new_tokens, capacity="auto"),
+                            run_kwargs={m: {"sizer": Sizer(curve)} for m in ("racer", "tr")})
+                for _ in race:
+                    pass
+                secs = {m: lane_seconds(ln.charges) for m, ln in race.lanes.items()}
+                for c in CLOCKS:
+                    ups[c].append((race.lanes["racer"].n_tokens / secs["racer"][c])
+                                  / (race.lanes["ar"].n_tokens / secs["ar"][c]))
+        finally:
+            halt.set()
+            if proc is not None:
+                proc.kill()
+        for c in CLOCKS:
+            xs = ups[c]
+            med = statistics.median(xs)
+            print(f"| {load} | {c} | {', '.join(f'{x:.2f}' for x in xs)} | {med:.2f} | {(max(xs) - min(xs)) / med:.2f} |",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
