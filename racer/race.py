@@ -15,10 +15,12 @@ drafter's own `draft_breakdown`) is not charged to that lane's clock.
 
 The prefill is kept apart: every lane reads the same prompt once before its first step, so the
 lanes' clocks all start at zero after it, each lane's prefill is reported as measured, and
-`shared_prefill_s` (the lanes' median) is what a whole-request comparison adds to every lane.
+`shared_prefill_s` (the shortest of the lanes' prefills) is what a whole-request comparison adds to
+every lane.
 
 What the clock leaves out: the page's work (building and sending frames happens between steps,
-outside the timed `next()`), the server's own decodes (the app's warm-up and every visitor's
+outside the timed `next()`, and the garbage collection that work causes is held off during a
+timed step: `collector_paused`), the server's own decodes (the app's warm-up and every visitor's
 decode hold one decode slot, so none runs beside a race) and each lane's prefill. What it keeps:
 load the race cannot stop, such as another visitor's inspector or another process. It charges
 that at wall time: measured against a busy-step charge and a cost-curve clock on the same
@@ -34,8 +36,10 @@ the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -47,6 +51,35 @@ from .records import DecodeResult, StepRecord, mean_accepted
 
 #: A forward this many times the cost curve's time for its tree size and context was disturbed.
 DISTURBED = 1.5
+
+_gc_lock = threading.Lock()
+_gc_holders = 0
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off for a timed step. The garbage a page makes
+    between steps (figures, frames) otherwise triggers a collection of the server's whole heap
+    inside the next step's forward, tens of ms on the lane that happens to run then; held off,
+    it runs at the next allocation after the step. Nested and thread-safe (two decodes at once
+    on a GPU server): the collector comes back when the last timed step ends, and only if it was
+    on before."""
+    global _gc_holders
+    with _gc_lock:
+        if _gc_holders == 0:
+            collector_paused.was_on = gc.isenabled()
+            gc.disable()
+        _gc_holders += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_holders -= 1
+            if _gc_holders == 0 and collector_paused.was_on:
+                gc.enable()
+
+
+collector_paused.was_on = True
 
 
 @dataclass
@@ -176,14 +209,16 @@ class Race:
                     it = iters[lane.method] = iter(lane.run)
                     lane.started = True
                     lane.forwards = 1          # its first next() runs the prefill
-                t = time.perf_counter()
                 try:
-                    rec = next(it)
+                    with collector_paused():
+                        t = time.perf_counter()
+                        rec = next(it)
+                        dt = time.perf_counter() - t
                 except StopIteration:      # the run's end: its last bookkeeping, no forward
                     lane.compute_s += time.perf_counter() - t
                     self._finish(lane)
                     continue
-                dt = max(0.0, time.perf_counter() - t - self._picture_overhead(lane, rec))
+                dt = max(0.0, dt - self._picture_overhead(lane, rec))
                 if lane.steps == 0 and lane.run.prefill_ms is not None:
                     # The first next() ran the prefill too: it is kept apart from the decoding clock.
                     lane.prefill_s = min(dt, lane.run.prefill_ms / 1e3)

@@ -56,7 +56,7 @@ def parse_race(verdict: str, stats: dict[str, str]) -> dict[str, Any]:
     out["speedup"] = float(m.group(1)) if m else None
     m = re.search(r"RACER ([\d.]+)×", whole)
     out["speedup_total"] = float(m.group(1)) if m else None
-    m = re.search(r"busy during this race\W+(\d+) of", plain)
+    m = re.search(r"(\d+) of \d+ forward passes", plain)
     out["disturbed"] = int(m.group(1)) if m else 0
     for lane, md in stats.items():
         m = re.search(r"([\d.]+)\s*tok/s", md.replace("*", ""))
