@@ -268,7 +268,8 @@ class Studio:
             if lm is not None else "(model loading)"
         return (f"Device and dtype: {dev}.  \nServer limits: up to **{lim.max_new_tokens}** new tokens, prompts up "
                 f"to **{lim.max_prompt_tokens}** tokens, **{lim.time_limit_s:.0f} s** per request "
-                f"({lim.bench_time_limit_s:.0f} s and {lim.bench_max_runs} prompt × method runs per benchmark), "
+                f"({lim.bench_time_limit_s:.0f} s for a benchmark or a race 3×, and {lim.bench_max_runs} prompt × "
+                f"method runs per benchmark), "
                 f"{lim.decode_concurrency} decode{'s' if lim.decode_concurrency > 1 else ''} at a time "
                 f"(others wait in the queue; one waiting or running decode per visitor), automata of up to "
                 f"{lim.max_automaton:,} nodes, pictures for the first {lim.inspector_steps} steps of a run.")
@@ -347,15 +348,18 @@ class Studio:
         note = self._notes_md(notes)
         if notes:
             gr.Info(note)
-        # A series shares the request's time limit; each race is built afresh (new drafters, new
-        # sizers, new caches) so no race starts with what an earlier one learnt.
-        deadline = time.perf_counter() + self.limits.time_limit_s
+        # A series is bounded like a benchmark request, each race in it like a race; each race is
+        # built afresh (new drafters, new sizers, new caches) so none starts with what an earlier
+        # one learnt.
+        limit_s = self.limits.time_limit_s if repeats == 1 else max(self.limits.time_limit_s,
+                                                                    self.limits.bench_time_limit_s)
+        deadline = time.perf_counter() + limit_s
         series: list[dict[str, Any]] = []
         for i in range(repeats):
             label = f"Race {i + 1} of {repeats} · " if repeats > 1 else ""
             left = deadline - time.perf_counter()
             race = Race(lm, ids, self._race_drafters(lm, s), cfg, detail_for=("racer",), stop_event=job.stop,
-                        time_limit_s=max(0.0, left),
+                        time_limit_s=max(0.0, min(left, self.limits.time_limit_s)),
                         run_kwargs=self._sizer_kwargs(lm, s, RACE_METHODS))
             status = label + head + (f"  \n{note}" if note else "") + "  \nStop ends it at the next step."
             out = yield from self._race_stream(race, lm, status, viewport)
@@ -378,7 +382,7 @@ class Studio:
                              race.stop_reason, chosen, prefill_s=race.shared_prefill_s)
         if repeats > 1 and series:
             verdict = series_md(series, repeats) + "\n\n**The last race:** " + verdict
-        done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({self.limits.time_limit_s:.0f} s) reached."
+        done = {"stopped": "⏹ Stopped.", "time_limit": f"⏱ Time limit ({limit_s:.0f} s) reached."
                 }.get(race.stop_reason or "", "🏁 Finished.")
         if repeats > 1:
             done = (f"🏁 Finished {repeats} of {repeats} races." if not race.stop_reason else

@@ -103,7 +103,7 @@ def raw_race(url: str, prompt: str) -> str:
     import json
 
     import httpx
-    body = json.dumps({"data": [0, prompt, ""] + settings(max_new=8)}, ensure_ascii=True)
+    body = json.dumps({"data": [0, prompt, ""] + settings(max_new=8) + [False]}, ensure_ascii=True)  # no race 3×
     r = httpx.post(url + "gradio_api/call/race", content=body, headers={"content-type": "application/json"},
                    timeout=30)
     r.raise_for_status()
@@ -733,7 +733,7 @@ def test_too_few_api_values_get_a_plain_message(server):
     ev = r.json()["event_id"]
     with httpx.stream("GET", server + f"gradio_api/call/race/{ev}", timeout=60) as resp:
         text = "".join(line for line in resp.iter_lines())
-    assert "/race takes 15 values" in text and "Prompt" in text, text[:400]
+    assert "/race takes 16 values" in text and "Prompt" in text, text[:400]
     assert "object at 0x" not in text and "<gradio" not in text
     json.dumps(text)
 
