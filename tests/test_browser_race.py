@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
+import sys
 
 import pytest
 
 from tests.test_browser import ROOT, browser, server, set_number, tab  # noqa: F401 - fixtures
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from race_check import Inspector, settings  # noqa: E402 - the second visitor and the Settings values
 
 pytestmark = pytest.mark.browser
 # Not yet reliable enough for CI: alone it measured 0.98 of the API figure, inside a full
@@ -33,36 +36,11 @@ MAX_NEW = 64
 BAND = (0.8, 1.25)
 
 
-def settings(max_new: int, mode: str = "auto") -> list:
-    """The Settings view's values in racer_app.settings.FIELDS order (the app's defaults otherwise)."""
-    return ["default", mode, 16, 10_000, 10, 8, "paper", "merge", 0.0, 1.0, 0, max_new]
-
-
 def median_speedup(verdict: str) -> float:
     """RACER's median decoding-only speed-up from a repeated race's verdict (markdown or page text)."""
     m = re.search(r"Median of 3 races.*?decoding time only: RACER ([\d.]+)×", verdict.replace("*", ""), re.S)
     assert m, verdict
     return float(m.group(1))
-
-
-class Inspector(threading.Thread):
-    """A second visitor stepping through its own race in the inspector, over and over."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.c = gradio_client.Client(url, verbose=False)
-        self.c.predict(0, "Repeat: the quick brown fox jumps over the lazy dog. The quick brown", "",
-                       *settings(40, "fixed"), api_name="/race")
-        self.n = int(re.search(r"(\d+) steps", self.c.predict(1366, api_name="/inspector")[0]).group(1))
-        self.halt = threading.Event()
-        self.renders = 0
-
-    def run(self) -> None:
-        k = 1
-        while not self.halt.is_set():
-            self.c.predict(k, 1366, api_name="/inspector_step")
-            self.renders += 1
-            k = k % self.n + 1
 
 
 def test_race_speedup_from_a_busy_browser_matches_a_quiet_api_race(browser, server):  # noqa: F811
