@@ -4,14 +4,19 @@ server).
 
     .venv/bin/python scripts/race_inprocess.py                    # Extract to JSON, 128 tokens, 3 races
     .venv/bin/python scripts/race_inprocess.py --no-gc            # the garbage collector off throughout
+    .venv/bin/python scripts/race_inprocess.py --no-frames        # the race alone: no frame built between steps
+    .venv/bin/python scripts/race_inprocess.py --no-frames --pause-ms 10   # ... with an idle pause between steps
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
@@ -23,6 +28,8 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--races", type=int, default=3)
     ap.add_argument("--no-gc", action="store_true")
+    ap.add_argument("--no-frames", action="store_true", help="build no frames while racing (the last one only)")
+    ap.add_argument("--pause-ms", type=float, default=0.0, help="with --no-frames: sleep this long between steps")
     args = ap.parse_args()
     from race_check import LANES, parse_race, settings
 
@@ -36,6 +43,8 @@ def main() -> int:
     if args.no_gc:
         gc.disable()
     studio = Studio(ModelStore(lm))
+    if args.no_frames:
+        studio._race_stream = functools.partial(race_unframed, studio, pause_s=args.pause_ms / 1e3)
     ex = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[args.example]
     for _ in range(args.races):
         frame = None
@@ -44,6 +53,24 @@ def main() -> int:
         print(json.dumps(parse_race(str(frame[8]), {m: str(frame[1 + 2 * k]) for k, m in enumerate(LANES)})),
               flush=True)
     return 0
+
+
+def race_unframed(studio: Any, race: Any, lm: Any, status: str, viewport: Any, pause_s: float = 0.0) -> Any:
+    """Studio._race_stream without its frames: the race's steps back to back (or `pause_s` apart)."""
+    from racer_app.format import SpanBuilder
+    from racer_app.handlers import RACE_METHODS, _decode_many
+    yield studio._race_frame(status=status, lanes=race.lanes, spans={m: [] for m in RACE_METHODS}, running=True)
+    steps: dict[str, list[Any]] = {m: [] for m in RACE_METHODS}
+    for lane, rec in race:
+        steps[lane.method].append(rec)
+        if pause_s:
+            time.sleep(pause_s)
+    dm = functools.partial(_decode_many, lm.tokenizer)
+    builders = {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
+    for m in RACE_METHODS:
+        for rec in steps[m]:
+            builders[m].push_step(rec)
+    return steps["racer"], steps["tr"], builders
 
 
 if __name__ == "__main__":
