@@ -1,14 +1,16 @@
 """Real-browser check that the race's speed-up holds under load (issue 21): a copy-heavy shipped
 example raced from a Chromium page, with the page's "race 3×" switch on, while a second visitor
 steps through the inspector, must report RACER's speed-up within a band of the same prompt
-raced through the API with nothing else running (also 3×, the median).
+raced through the API with nothing else running (also 3×, the median; the mean of one such series
+before the busy one and one after it).
 
-The band, 0.78–1.3× the API figure, is tight enough that the skews seen before the clock was
+The band, 0.78–1.45× the API figure, is tight enough that the skews seen before the clock was
 fixed fail (9.1× against 4.7× is 1.9, 3.5× against 4.7× is 0.74) and as wide as the noise of a
-shared 2-core machine needs: at 64 tokens a full clean-clone suite run once measured 0.77; at 128
-tokens, the medians of three races measured 1.05, 1.10 and 1.16 on an AVX512-BF16 CPU (load
-lifts RACER's speed-up a little: every forward's stall costs plain decoding, with more forwards,
-more), and at 64 tokens 0.98 and 1.08 on an AVX2 CPU (docs/PERFORMANCE.md §8).
+shared 2-core machine needs. At 64 tokens (one series before the busy one only) a full clean-clone
+suite run once measured 0.77. At 128 tokens, on an AVX512-BF16 CPU, five runs measured 1.05,
+1.16, 1.10 (inside the browser tests), 1.20 and 1.27: load lifts RACER's speed-up there, because
+a stalled forward costs every method alike and plain decoding makes four times as many, so the
+band's upper side is the wider (docs/PERFORMANCE.md §8).
 Same server and browser setup as tests/test_browser.py (Debian's Chromium through Playwright).
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ gradio_client = pytest.importorskip("gradio_client")
 
 EXAMPLE = "Extract to JSON"
 MAX_NEW = 128
-BAND = (0.78, 1.3)
+BAND = (0.78, 1.45)
 
 
 def median_speedup(verdict: str) -> float:
@@ -43,9 +45,13 @@ def median_speedup(verdict: str) -> float:
 def test_race_speedup_from_a_busy_browser_matches_a_quiet_api_race(browser, server):  # noqa: F811
     prompt = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[EXAMPLE]["prompt"]
     api = gradio_client.Client(server, verbose=False)
-    out = api.predict(0, prompt, "", *settings(MAX_NEW), True, api_name="/race")
-    assert "Finished 3 of 3 races" in out[0], out[0]
-    quiet = median_speedup(out[8])
+
+    def quiet_race() -> float:
+        out = api.predict(0, prompt, "", *settings(MAX_NEW), True, api_name="/race")
+        assert "Finished 3 of 3 races" in out[0], out[0]
+        return median_speedup(out[8])
+
+    before = quiet_race()
 
     insp = Inspector(server)
     insp.start()
@@ -70,9 +76,13 @@ def test_race_speedup_from_a_busy_browser_matches_a_quiet_api_race(browser, serv
         insp.join(timeout=60)
     assert insp.renders > 3, "the second visitor hardly used the inspector: the race ran unloaded"
     assert "Median of 3 races" in stats
+    # Quiet series before and after the busy one: the machine's own drift between them (minutes on a
+    # shared host) is shared out rather than counted against the race.
+    after = quiet_race()
+    quiet = (before + after) / 2
     ratio = busy / quiet
     (ROOT / "artifacts").mkdir(exist_ok=True)
     (ROOT / "artifacts" / "browser-race.json").write_text(json.dumps(
-        {"api_quiet": quiet, "browser_busy": busy, "ratio": round(ratio, 3), "inspector_renders": insp.renders}))
+        {"api_quiet_before": before, "api_quiet_after": after, "browser_busy": busy, "ratio": round(ratio, 3), "inspector_renders": insp.renders}))
     assert BAND[0] <= ratio <= BAND[1], (f"RACER {busy:.2f}× from the busy browser against {quiet:.2f}× through the "
                                          f"quiet API ({ratio:.2f}, band {BAND})")

@@ -1,0 +1,149 @@
+"""Where RACER's drafts lose tokens: per verification step of `racer` (capacity auto, greedy), the
+draft tokens the sized tree accepted against what other drafts would have accepted at the same
+step. Under greedy decoding the continuation is known once the run ends, so a draft's accepted
+length is exactly its longest root path that matches the next tokens.
+
+    .venv/bin/python scripts/draft_diagnosis.py                      # Spec-Bench, 2 per category, 256 tokens
+    .venv/bin/python scripts/draft_diagnosis.py --per-category 5 --categories rag,translation
+
+Columns (mean accepted draft tokens per step, the root not counted):
+  T          nodes the sizer kept;   kept   what that tree accepted;
+  pool       the whole candidate pool before sizing (an oracle sizer);
+  retrieval  the pool's retrieval nodes alone;   chain  the pool's prompt-lookup chain alone;
+  hf-pld     transformers' prompt lookup at that step: earliest match of the last 2 (then 1)
+             tokens, 10 tokens;   recent-2/10  the same with the most recent match.
+Also: the learned acceptance of chain nodes (q, given the parent was accepted) by depth, pooled
+over the runs, and how often the chain alone would have accepted more than the sized tree.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def accepted_length(tokens: list[int], parents: list[int], keep: list[bool], cont: list[int]) -> int:
+    """Draft tokens of the tree (its nodes where `keep`) that match `cont` from the root down."""
+    kids: dict[int, dict[int, int]] = collections.defaultdict(dict)
+    for i in range(1, len(tokens)):
+        if keep[i]:
+            kids[parents[i]][tokens[i]] = i
+    at = n = 0
+    for t in cont:
+        nxt = kids[at].get(t)
+        if nxt is None:
+            break
+        at, n = nxt, n + 1
+    return n
+
+
+def lookup_chain(seq: list[int], max_ngram: int, length: int, earliest: bool) -> list[int]:
+    """Prompt lookup on `seq` (ending with the root): the tokens after a match of its last n tokens."""
+    for n in range(min(max_ngram, len(seq) - 1), 0, -1):
+        pat = seq[-n:]
+        starts = range(0, len(seq) - n) if earliest else range(len(seq) - n - 1, -1, -1)
+        for i in starts:
+            if seq[i:i + n] == pat and seq[i + n:i + n + length]:
+                return seq[i + n:i + n + length]
+    return []
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "spec_bench.jsonl"))
+    ap.add_argument("--per-category", type=int, default=2)
+    ap.add_argument("--categories", default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--model", default="default")
+    args = ap.parse_args()
+
+    from racer import DecodeConfig, build_input_ids, load_model, make_drafter
+    from racer.bench.data import load_rows
+    from racer.costcurve import get_cost_curve
+    from racer.loop import DecodeRun
+    from racer.sizing import Sizer
+
+    class PoolSizer(Sizer):
+        """Keeps the candidate pool of the step it sizes."""
+        pool: Any = None
+
+        def size(self, tree: Any, context_len: int) -> Any:
+            self.pool = tree
+            return super().size(tree, context_len)
+
+    lm = load_model(args.model)
+    curve = get_cost_curve(lm)
+    cats = args.categories.split(",") if args.categories else None
+    rows, _ = load_rows(args.data, categories=cats, per_category=args.per_category, turns="first")
+    cols = ("T", "kept", "pool", "retrieval", "chain", "hf-pld", "recent-2/10")
+    by_cat: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    q_chain: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    lost = lost_tokens = 0
+    for row in rows:
+        ids = build_input_ids(lm.tokenizer, row.turns[0])
+        sizer = PoolSizer(curve)
+        run = DecodeRun(lm, ids, make_drafter("racer", vocab_size=lm.vocab_size),
+                        DecodeConfig(max_new_tokens=args.max_new_tokens, capacity="auto"), sizer=sizer)
+        steps = []
+        for rec in run:
+            if rec.forwarded:
+                p = sizer.pool
+                steps.append((rec, list(p.tokens), list(p.parents), list(p.sources),
+                              [bool(p.meta[i].get("lookup")) or p.sources[i] == "lookup" for i in range(len(p))]))
+        assert run.result is not None
+        full = ids + run.result.token_ids
+        for rec, tok, par, src, chain in steps:
+            cont, seq = full[rec.context_len + 1:], full[:rec.context_len + 1]
+            c = by_cat[row.category]
+            kept = len(rec.accepted) - 1
+            c["T"].append(len(rec.tree))
+            c["kept"].append(kept)
+            c["pool"].append(accepted_length(tok, par, [True] * len(tok), cont))
+            c["retrieval"].append(accepted_length(tok, par, [s in ("retrieval", "both") for s in src], cont))
+            c["chain"].append(accepted_length(tok, par, chain, cont))
+            c["hf-pld"].append(common_prefix(lookup_chain(seq, 2, 10, True), cont))
+            c["recent-2/10"].append(common_prefix(lookup_chain(seq, 2, 10, False), cont))
+            if c["chain"][-1] > kept:
+                lost += 1
+                lost_tokens += c["chain"][-1] - kept
+        for key, (a, n) in sizer.model.counts.items():
+            if len(key) == 3 and "lookup" in key[0]:       # the coarse (source, depth, rank) buckets
+                q_chain[key[1]][0] += a
+                q_chain[key[1]][1] += n
+        print(f"{row.category} {row.question_id}: MAT {len(run.result.token_ids) / run.result.forwards:.2f}",
+              file=sys.stderr, flush=True)
+
+    print(f"{lm.name}, {lm.device} {str(lm.dtype).replace('torch.', '')}, {len(rows)} turns, "
+          f"{args.max_new_tokens} new tokens\n")
+    print("| category | steps | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 2) + "|")
+    total: dict[str, list[float]] = collections.defaultdict(list)
+    for cat, c in by_cat.items():
+        print(f"| {cat} | {len(c['kept'])} | " + " | ".join(f"{statistics.mean(c[k]):.2f}" for k in cols) + " |")
+        for k in cols:
+            total[k] += c[k]
+    print(f"| **all** | {len(total['kept'])} | " + " | ".join(f"{statistics.mean(total[k]):.2f}" for k in cols) + " |")
+    print(f"\nsteps where the chain alone beats the sized tree: {lost} of {len(total['kept'])}, "
+          f"{lost_tokens} draft tokens ({lost_tokens / max(1, sum(total['kept'])):.0%} of those accepted)")
+    print("chain nodes' learned q by depth (6 = 6 and deeper): " +
+          ", ".join(f"d{d} {a / n:.2f} ({int(n)})" for d, (a, n) in sorted(q_chain.items()) if n))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
