@@ -94,6 +94,8 @@ def main() -> int:
     by_cat: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     q_chain: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     lost = lost_tokens = 0
+    tokens = forwards = 0
+    cost = cost_ar = 0.0
     for row in rows:
         ids = build_input_ids(lm.tokenizer, row.turns[0])
         sizer = PoolSizer(curve)
@@ -107,6 +109,11 @@ def main() -> int:
                               [bool(p.meta[i].get("lookup")) or p.sources[i] == "lookup" for i in range(len(p))]))
         assert run.result is not None
         full = ids + run.result.token_ids
+        tokens += len(run.result.token_ids)
+        forwards += run.result.forwards
+        for rec, *_ in steps:
+            cost += curve.t(len(rec.tree), rec.context_len)
+        cost_ar += sum(curve.t(1, len(ids) + k) for k in range(len(run.result.token_ids)))
         for rec, tok, par, src, chain in steps:
             cont, seq = full[rec.context_len + 1:], full[:rec.context_len + 1]
             c = by_cat[row.category]
@@ -138,7 +145,9 @@ def main() -> int:
         for k in cols:
             total[k] += c[k]
     print(f"| **all** | {len(total['kept'])} | " + " | ".join(f"{statistics.mean(total[k]):.2f}" for k in cols) + " |")
-    print(f"\nsteps where the chain alone beats the sized tree: {lost} of {len(total['kept'])}, "
+    print(f"\nMAT {tokens / forwards:.3f}; by the cost curve alone (forwards only, no drafting or bookkeeping): "
+          f"{cost_ar / cost:.3f}x plain decoding")
+    print(f"steps where the chain alone beats the sized tree: {lost} of {len(total['kept'])}, "
           f"{lost_tokens} draft tokens ({lost_tokens / max(1, sum(total['kept'])):.0%} of those accepted)")
     print("chain nodes' learned q by depth (6 = 6 and deeper): " +
           ", ".join(f"d{d} {a / n:.2f} ({int(n)})" for d, (a, n) in sorted(q_chain.items()) if n))
