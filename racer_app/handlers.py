@@ -581,6 +581,16 @@ class Studio:
 
     # -- benchmark --------------------------------------------------------------------------------
 
+    @staticmethod
+    def shipped_prompts() -> tuple[int, int] | None:
+        """How many prompts, in how many categories, the Benchmark view's Run decodes from."""
+        try:
+            from racer.bench import load_rows
+            rows, _ = load_rows()
+            return len(rows), len({r.category for r in rows})
+        except Exception:  # noqa: BLE001
+            return None
+
     def bench_categories(self) -> list[str]:
         try:
             from racer.bench import load_rows
@@ -729,8 +739,9 @@ class Studio:
         def fig(name: str) -> Any:
             f = figs.get(name)
             return gr.Plot(value=f, visible=True) if f is not None else gr.Plot(visible=False)
-        return (status, "#### Overall\n\n" + overall_table(summary),
-                "#### Speed-up over plain decoding, by category\n\n" + category_table(summary),
+        return (status, "#### Overall\n\n" + overall_table(summary) + ties_md(summary),
+                "#### By category\n\nEach cell: MAT (tokens per verification forward) / speed-up over plain "
+                "decoding (`ar`).\n\n" + category_table(summary),
                 fig("benchmark"), fig("acceptance"), fig("latency"), fig("tokens_vs_time"), fig("cost_curve"),
                 cost_md, gr.File(value=files, visible=bool(files)))
 
@@ -740,13 +751,12 @@ class Studio:
         summ = getattr(sess, "bench_summary", None) if isinstance(sess, Session) else None
         if summ is not None:
             return (gr.skip(),) * 10
-        shipped = find_shipped_summary()
+        shipped = find_shipped_summary(machine_kind())
         if shipped is None:
             return ("No benchmark run yet in this session: pick a category and press **Run the benchmark**.",) + \
                 (gr.skip(),) * 9
         path, summ = shipped
-        status = (f"Showing results shipped with the app ({path.parent.name}, measured on **{summ.get('hardware')}**, "
-                  f"{summ.get('created', '')}). Run the benchmark to measure this machine.")
+        status = shipped_status(path, summ, machine_kind(), self.store.peek(), self.shipped_prompts())
         return self.bench_view(summ, status, [str(path)], viewport)
 
     @staticmethod
@@ -874,15 +884,40 @@ def bench_methods(methods: Any, notes: list[str]) -> list[str]:
     return out
 
 
-def find_shipped_summary() -> tuple[Path, dict[str, Any]] | None:
-    """The newest benchmarks/**/summary.json shipped with the app, if any."""
+#: CPU kinds as benchmarks/ folder names spell them (benchmarks/README.md), and in words.
+KIND_WORDS = {"avx512bf16": "an AVX512-BF16 CPU", "avx2": "an AVX2 CPU", "gpu": "a GPU"}
+
+
+def machine_kind() -> str:
+    """This machine's kind as a benchmarks/ folder name spells it."""
+    import torch
+    from racer.models import cpu_has_native_bf16
+    if torch.cuda.is_available():
+        return "gpu"
+    return "avx512bf16" if cpu_has_native_bf16() else "avx2"
+
+
+def run_kind(name: str) -> str | None:
+    """The machine kind in a benchmarks/ folder name (model-data-dtype-kind-date), if it names one."""
+    parts = name.split("-")
+    return next((k for k in KIND_WORDS if k in parts), None)
+
+
+def find_shipped_summary(kind: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """A benchmarks/**/summary.json shipped with the app: a run of the default model on this kind
+    of machine first, a Spec-Bench run before the shipped prompts, then by name (clones give every
+    file the same date, so no modification time decides)."""
     import json
     root = ASSETS.parent / "benchmarks"
     try:
-        found = sorted(root.glob("**/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        found = list(root.glob("*/summary.json"))
     except OSError:
         return None
-    for path in found:
+
+    def rank(p: Path) -> tuple:
+        name = p.parent.name
+        return (run_kind(name) != kind, not name.startswith("smollm2"), "specbench" not in name, name)
+    for path in sorted(found, key=rank):
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -890,6 +925,47 @@ def find_shipped_summary() -> tuple[Path, dict[str, Any]] | None:
         if isinstance(d, dict) and d.get("methods"):
             return path, d
     return None
+
+
+def shipped_status(path: Path, summ: dict[str, Any], kind: str, lm: Any = None,
+                   runnable: tuple[int, int] | None = None) -> str:
+    """What a shipped run is (its data, dtype and machine) against this machine, in plain words."""
+    data = summ.get("data") or {}
+    src = Path(str(data.get("path") or "the shipped prompts")).name
+    src = {"spec_bench.jsonl": "Spec-Bench", "bench_prompts.jsonl": "the shipped prompts"}.get(src, src)
+    n_cat = len(summ.get("categories") or [])
+    turns = data.get("questions_run")
+    what = f"{turns} prompts in {n_cat} categories of {src}" if turns else src
+    theirs = run_kind(path.parent.name)
+    where = KIND_WORDS.get(theirs or "", "another machine")
+    out = (f"Showing a run shipped with the app, **{path.parent.name}**: {what}, "
+           f"{(summ.get('settings') or {}).get('max_new_tokens', '?')} new tokens, {summ.get('model')} in "
+           f"{summ.get('dtype')} on {where} ({summ.get('created', '')}).")
+    mine = f"{KIND_WORDS[kind]} running {str(lm.dtype).replace('torch.', '')}" if lm is not None else KIND_WORDS[kind]
+    if theirs == kind and (lm is None or str(lm.dtype).endswith(str(summ.get("dtype")))):
+        out += f" This machine is the same kind ({mine}), but a shared machine's figures still vary from run to run."
+    else:
+        out += f" This machine is {mine}, so its own figures will differ."
+    sizes = f" ({runnable[0]} in {runnable[1]} categories; pick a category and a count above)" if runnable else ""
+    return out + f" **Run the benchmark** to measure this machine on the shipped prompts{sizes}."
+
+
+def ties_md(summary: dict[str, Any]) -> str:
+    """One line per method whose greedy output is not identical to plain decoding on every turn: how
+    many of those differences are floating-point ties (a near-equal top two logits) and how many bugs."""
+    chk = summary.get("identical_check") or {}
+    lines = []
+    for m, d in (summary.get("methods") or {}).items():
+        i = d.get("identical")
+        if not i or i.get("identical") == i.get("compared"):
+            continue
+        bugs = int(i.get("mismatches", 0)) + int(i.get("length", 0))
+        lines.append(f"`{m}`: {i['identical']} of {i['compared']} identical to plain decoding; {i.get('ties', 0)} "
+                     f"differ first where the model's top two logits are within {chk.get('tie_tolerance', '?')} "
+                     f"(a floating-point tie: a different batch shape rounds them the other way, and either token "
+                     f"is the model's greedy choice), {i.get('inherited', 0)} follow an earlier turn that did, "
+                     f"{bugs} {'is a bug' if bugs == 1 else 'are bugs'}.")
+    return "\n\n" + "  \n".join(lines) if lines else ""
 
 
 # -- examples ---------------------------------------------------------------------------------------

@@ -361,3 +361,26 @@ def test_special_token_strings_in_a_prompt_stay_text(real_lm):
     special = set(tok.all_special_ids)
     # the template's own control tokens only: the user's text adds none
     assert sum(t in special for t in tricky) == sum(t in special for t in plain)
+
+
+def test_the_benchmark_view_shows_the_shipped_run_of_this_kind_of_machine_and_says_what_it_is():
+    from racer_app.handlers import find_shipped_summary, run_kind, shipped_status, ties_md
+    assert run_kind("smollm2-135m-specbench10-bfloat16-avx512bf16-2026-12-01") == "avx512bf16"
+    assert run_kind("smollm2-135m-shipped-r3-float32-avx2-2026-12-01") == "avx2"
+    for kind in ("avx2", "avx512bf16"):
+        path, summ = find_shipped_summary(kind)
+        assert run_kind(path.parent.name) == kind and path.parent.name.startswith("smollm2-135m-specbench")
+        data = summ["data"]
+        same = shipped_status(path, summ, kind, runnable=(40, 8))
+        assert f"{data['questions_run']} prompts in {len(summ['categories'])} categories of Spec-Bench" in same
+        assert f"in {summ['dtype']} on " in same and "same kind" in same and "(40 in 8 categories" in same
+        other = shipped_status(path, summ, "avx2" if kind == "avx512bf16" else "avx512bf16")
+        assert "its own figures will differ" in other and "same kind" not in other
+    # Ties are counted apart from bugs, from the summary's own fields.
+    summ = {"identical_check": {"tie_tolerance": 0.25}, "methods": {
+        "racer": {"identical": {"compared": 10, "identical": 10, "ties": 0, "inherited": 0, "mismatches": 0, "length": 0}},
+        "hf-pld": {"identical": {"compared": 10, "identical": 6, "ties": 3, "inherited": 0, "mismatches": 1, "length": 0}}}}
+    md = ties_md(summ)
+    assert "`hf-pld`: 6 of 10 identical" in md and "3 differ first" in md and "1 is a bug" in md
+    assert "racer" not in md
+    assert ties_md({"methods": {"ar": {}}}) == ""
