@@ -71,6 +71,12 @@ def _decode_many(tok: Any, ids: list[int]) -> str:
     return tok.decode([int(t) for t in ids], skip_special_tokens=True)
 
 
+def race_span_builders(lm: Any) -> dict[str, SpanBuilder]:
+    """One text builder per race lane (plain decoding's uncoloured)."""
+    dm = functools.partial(_decode_many, lm.tokenizer)
+    return {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
+
+
 def _decode_many_raw(tok: Any, ids: list[int]) -> str:
     return tok.decode([int(t) for t in ids], skip_special_tokens=False)
 
@@ -404,8 +410,7 @@ class Studio:
                      viewport: Any) -> Generator[tuple, None, tuple[list[Any], list[Any], dict[str, SpanBuilder]]]:
         """Run one race, streaming frames; returns RACER's and TR's step records and the text builders.
         Only the steps are timed (inside `Race`): building and sending these frames is not."""
-        dm = functools.partial(_decode_many, lm.tokenizer)
-        builders = {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
+        builders = race_span_builders(lm)
         racer_steps: list[Any] = []
         tr_steps: list[Any] = []
         yield self._race_frame(status=status, lanes=race.lanes, spans={m: [] for m in RACE_METHODS}, running=True)
@@ -582,22 +587,21 @@ class Studio:
     # -- benchmark --------------------------------------------------------------------------------
 
     @staticmethod
-    def shipped_prompts() -> tuple[int, int] | None:
-        """How many prompts, in how many categories, the Benchmark view's Run decodes from."""
+    def _shipped_rows() -> list[Any]:
+        """The rows the Benchmark view's Run decodes from (the shipped prompts); none if unreadable."""
         try:
             from racer.bench import load_rows
-            rows, _ = load_rows()
-            return len(rows), len({r.category for r in rows})
-        except Exception:  # noqa: BLE001
-            return None
-
-    def bench_categories(self) -> list[str]:
-        try:
-            from racer.bench import load_rows
-            rows, _ = load_rows()
-            return sorted({r.category for r in rows})
+            return load_rows()[0]
         except Exception:  # noqa: BLE001
             return []
+
+    def shipped_prompts(self) -> tuple[int, int] | None:
+        """How many prompts, in how many categories, the Benchmark view's Run decodes from."""
+        rows = self._shipped_rows()
+        return (len(rows), len({r.category for r in rows})) if rows else None
+
+    def bench_categories(self) -> list[str]:
+        return sorted({r.category for r in self._shipped_rows()})
 
     def benchmark(self, sess: Session | None, viewport: Any, category: str, per_category: Any, max_new: Any, methods: list[str],
                   measure_curve: bool, model: Any, capacity_mode: Any, capacity: Any, automaton_capacity: Any,
@@ -751,12 +755,13 @@ class Studio:
         summ = getattr(sess, "bench_summary", None) if isinstance(sess, Session) else None
         if summ is not None:
             return (gr.skip(),) * 10
-        shipped = find_shipped_summary(machine_kind())
+        kind = machine_kind()
+        shipped = find_shipped_summary(kind)
         if shipped is None:
             return ("No benchmark run yet in this session: pick a category and press **Run the benchmark**.",) + \
                 (gr.skip(),) * 9
         path, summ = shipped
-        status = shipped_status(path, summ, machine_kind(), self.store.peek(), self.shipped_prompts())
+        status = shipped_status(path, summ, kind, self.store.peek(), self.shipped_prompts())
         return self.bench_view(summ, status, [str(path)], viewport)
 
     @staticmethod

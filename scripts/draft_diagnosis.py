@@ -54,15 +54,6 @@ def lookup_chain(seq: list[int], max_ngram: int, length: int, earliest: bool) ->
     return []
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "spec_bench.jsonl"))
@@ -76,6 +67,7 @@ def main() -> int:
     from racer.bench.data import load_rows
     from racer.costcurve import get_cost_curve
     from racer.loop import DecodeRun
+    from racer.prompting import common_prefix
     from racer.sizing import Sizer
 
     class PoolSizer(Sizer):

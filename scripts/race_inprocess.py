@@ -57,16 +57,14 @@ def main() -> int:
 
 def race_unframed(studio: Any, race: Any, lm: Any, status: str, viewport: Any, pause_s: float = 0.0) -> Any:
     """Studio._race_stream without its frames: the race's steps back to back (or `pause_s` apart)."""
-    from racer_app.format import SpanBuilder
-    from racer_app.handlers import RACE_METHODS, _decode_many
+    from racer_app.handlers import RACE_METHODS, race_span_builders
     yield studio._race_frame(status=status, lanes=race.lanes, spans={m: [] for m in RACE_METHODS}, running=True)
     steps: dict[str, list[Any]] = {m: [] for m in RACE_METHODS}
     for lane, rec in race:
         steps[lane.method].append(rec)
         if pause_s:
             time.sleep(pause_s)
-    dm = functools.partial(_decode_many, lm.tokenizer)
-    builders = {m: SpanBuilder(dm, colored=(m != "ar")) for m in RACE_METHODS}
+    builders = race_span_builders(lm)
     for m in RACE_METHODS:
         for rec in steps[m]:
             builders[m].push_step(rec)
