@@ -15,6 +15,9 @@ from typing import Any
 import gradio as gr
 
 from racer_app import explainer as X
+from racer_app import trace_views as TV
+from racer_app.glossary import glossary_md
+from racer_app.tracefile import shipped as shipped_traces
 from racer_app.format import (lane_header_html, legend_html, text_color_map)
 from racer_app.gpu import on_gpu, zero_gpu
 from racer_app.handlers import RACE_METHODS, RACE_REPEATS, Studio, example_label, load_examples
@@ -57,6 +60,8 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
         viewport = gr.Number(value=0, visible=False, elem_id="viewport")
         gr.HTML(HEADER)
         model_md = gr.Markdown("⏳ Loading the model…", elem_id="model-status")
+        with gr.Accordion("📖 Glossary: the words this app uses, in plain language", open=False, elem_id="glossary"):
+            gr.Markdown(glossary_md())
         status_timer = gr.Timer(1.0, active=True)
         queue_timer = gr.Timer(1.0, active=False)     # runs while this session's decode waits in the queue
 
@@ -122,10 +127,59 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                                                      "to jump to its step", elem_classes=["racer-text-short"],
                                                show_whitespaces=True)
                 gr.HTML(legend_html())
-                tree_plot = gr.Plot(show_label=False, elem_id="tree-plot", elem_classes=["racer-plot"])
-                step_cost = gr.Plot(show_label=False, elem_id="step-cost", elem_classes=["racer-plot"], visible=False)
-                auto_plot = gr.Plot(show_label=False, elem_id="automaton-plot", elem_classes=["racer-plot"])
-                rows_html = gr.HTML(elem_id="copy-rows")
+                with gr.Tabs(elem_id="insp-views"):
+                    with gr.Tab("The step", id="overview", elem_id="view-overview") as view_overview:
+                        tree_plot = gr.Plot(show_label=False, elem_id="tree-plot", elem_classes=["racer-plot"])
+                        step_cost = gr.Plot(show_label=False, elem_id="step-cost", elem_classes=["racer-plot"],
+                                            visible=False)
+                        auto_plot = gr.Plot(show_label=False, elem_id="automaton-plot", elem_classes=["racer-plot"])
+                        rows_html = gr.HTML(elem_id="copy-rows")
+                    with gr.Tab("Anatomy: the step in 7 stages", id="anatomy", elem_id="view-anatomy") as view_anatomy:
+                        with gr.Row(elem_classes=["racer-controls"]):
+                            stage_prev = gr.Button("◀ Prev stage", size="sm", min_width=110, elem_id="stage-prev")
+                            stage = gr.Radio(TV.STAGE_CHOICES, value="match", show_label=False, scale=6,
+                                             elem_id="stage")
+                            stage_next = gr.Button("Next stage ▶", size="sm", min_width=110, elem_id="stage-next")
+                        layer = gr.Slider(1, 32, value=32, step=1, label="Logits tree: layers shown", visible=False,
+                                          elem_id="stage-layer")
+                        stage_md = gr.Markdown(elem_id="stage-text")
+                        stage_plot = gr.Plot(show_label=False, elem_id="stage-plot", elem_classes=["racer-plot"])
+                        stage_plot2 = gr.Plot(show_label=False, elem_id="stage-plot2", elem_classes=["racer-plot"],
+                                              visible=False)
+                        stage_html = gr.HTML(elem_id="stage-table")
+                    with gr.Tab("What if?", id="whatif", elem_id="view-whatif") as view_whatif:
+                        gr.Markdown("Re-draft this step from the drafter's state at that moment, with a source switched "
+                                    "off, another tree size or the other breadth rule, and see how many tokens that "
+                                    "tree would have committed. No model runs: under greedy decoding the model's "
+                                    "tokens are known.")
+                        with gr.Row():
+                            wi_sources = gr.CheckboxGroup(TV.SOURCE_CHOICES, value=list(TV.SOURCE_CHOICES),
+                                                          label="Sources", elem_id="wi-sources")
+                            wi_cap = gr.Radio(TV.CAPACITY_CHOICES, value=TV.RUN_SIZE, label="Tree size (nodes)",
+                                              elem_id="wi-capacity")
+                            wi_rule = gr.Radio(TV.RULE_CHOICES, value="paper", label="Breadth rule of the logits tree",
+                                               info="paper: x0's children are not halved; released: they are",
+                                               elem_id="wi-rule")
+                        wi_md = gr.Markdown(elem_id="wi-text")
+                        wi_plot = gr.Plot(show_label=False, elem_id="wi-plot", elem_classes=["racer-plot"])
+                        why_md = gr.Markdown(elem_id="why-missed")
+                        wi_bars = gr.Plot(show_label=False, elem_id="wi-bars", elem_classes=["racer-plot"],
+                                          visible=False)
+                        wi_table = gr.Markdown(elem_id="wi-table", elem_classes=["racer-table"])
+                insp_view = gr.State("overview")
+                with gr.Accordion("Traces: export this one, load one, or open an example", open=False,
+                                  elem_id="trace-acc"):
+                    gr.Markdown("A trace is a recorded run: its steps, what the drafter learnt from each, and the text. "
+                                "It replays here without the model (the anatomy and what-if included).")
+                    with gr.Row():
+                        trace_pick = gr.Dropdown([t for t, _ in shipped_traces()], value=None,
+                                                 label="Example traces (recorded with the default model)",
+                                                 elem_id="trace-pick", scale=3)
+                        trace_up = gr.UploadButton("Load a trace file", file_types=[".gz", ".json"],
+                                                   file_count="single", elem_id="trace-load", scale=1)
+                        trace_export = gr.Button("Export this trace", elem_id="trace-export", scale=1)
+                    trace_note = gr.Markdown(elem_id="trace-note")
+                    trace_file = gr.File(label="Trace file", interactive=False, visible=False, elem_id="trace-file")
                 with gr.Accordion("Chat with RACER — its automaton and copy-logit table persist across turns",
                                   open=False, elem_id="chat-acc"):
                     chatbot = gr.Chatbot(height=300, show_label=False, elem_id="chatbot")
@@ -177,22 +231,23 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
             # -- 4. How it works --------------------------------------------------------------------
             with gr.Tab("How it works", id="explain", elem_id="tab-explain") as tab_explain:
                 gr.Markdown(X.INTRO)
-                ex_intro = gr.Markdown("*Loading the preset run…*", elem_id="explain-intro")
-                gr.Markdown(X.SECTIONS["tree"])
+                ex_intro = gr.Markdown("*Loading the preset runs…*", elem_id="explain-intro")
+                gr.Markdown(X.TREE)
                 ex_tree_s = gr.Markdown()
                 ex_tree = gr.Plot(show_label=False, elem_classes=["racer-plot"], elem_id="explain-tree")
-                gr.Markdown(X.SECTIONS["automaton"])
-                ex_auto_s = gr.Markdown()
-                ex_auto = gr.Plot(show_label=False, elem_classes=["racer-plot"])
-                gr.Markdown(X.SECTIONS["logits"])
-                ex_rows_s = gr.Markdown()
-                ex_rows = gr.HTML()
-                gr.Markdown(X.SECTIONS["merge"])
-                ex_src = gr.Plot(show_label=False, elem_classes=["racer-plot"])
-                gr.Markdown(X.SECTIONS["cost"])
+                ex_stages = []
+                for key, intro in X.STAGE_INTROS.items():
+                    gr.Markdown(intro)
+                    ex_stages += [gr.Markdown(elem_id=f"explain-{key}-text"),
+                                  gr.Plot(show_label=False, elem_classes=["racer-plot"], elem_id=f"explain-{key}")]
+                gr.Markdown(X.SOURCES)
+                ex_src = gr.Plot(show_label=False, elem_classes=["racer-plot"], elem_id="explain-src-win")
+                ex_src2 = gr.Plot(show_label=False, elem_classes=["racer-plot"], elem_id="explain-src-cannot")
+                gr.Markdown(X.COST)
                 ex_cost = gr.Plot(show_label=False, elem_classes=["racer-plot"])
-                gr.Markdown(X.SECTIONS["limits"])
-                to_insp = gr.Button("Step through this preset run in the Step inspector")
+                gr.Markdown(X.LIMITS)
+                ex_limits = gr.Markdown(elem_id="explain-limits")
+                to_insp = gr.Button("Step through the first preset run in the Step inspector")
 
             # -- 5. Settings -------------------------------------------------------------------
             with gr.Tab("Settings", id="settings", elem_id="tab-settings"):
@@ -200,8 +255,8 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                 allowed = store.allowed
                 s_model = gr.Dropdown(model_choices(allowed), value="default", label="Model",
                                       interactive=len(allowed) > 1,
-                                      info="the models that ship with RACER Studio, and any this server allows "
-                                           "(RACER_ALLOWED_MODELS); another model loads on its first run")
+                                      info="the models that ship with RACER Studio, and any others this server "
+                                           "allows; another model loads on its first run")
                 with gr.Row():
                     s_mode = gr.Radio(["auto", "fixed"], value=d.capacity_mode, label="Draft tree capacity",
                                       info="auto: sized every step from this machine's cost curve")
@@ -213,9 +268,11 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                                        info=f"this server allows up to {lim.max_automaton:,}")
                     s_win = gr.Slider(2, 32, value=d.window, step=1, label="n-gram window")
                 with gr.Row():
-                    s_topk = gr.Slider(1, 8, value=d.topk, step=1, label="Logits breadth K (copy-logit row length)")
-                    s_rule = gr.Radio(list(BREADTH_RULES), value=d.breadth_rule, label="Breadth rule",
-                                      info="paper: the root's children are not halved; released: they are")
+                    s_topk = gr.Slider(1, 8, value=d.topk, step=1, label="Next tokens kept per copy-logit row (K)")
+                    s_rule = gr.Radio(list(BREADTH_RULES), value=d.breadth_rule,
+                                      label="How the logits tree widens (breadth rule)",
+                                      info="paper: x0's best entry may grow 8 children; released: 4, as in the "
+                                           "authors' code")
                     s_merge = gr.Radio(list(MERGE_CHOICES), value=d.merge, label="Merge strategy",
                                        info="merge: retrieval first, logits fill the rest; half: 50/50; "
                                             "hard: logits only when retrieval finds nothing")
@@ -241,6 +298,26 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
 
         insp_outputs = [insp_header, slider, sentence, tree_plot, step_cost, auto_plot, rows_html, insp_text]
         step_outputs = [sentence, tree_plot, step_cost, auto_plot, rows_html, insp_text]
+        anat_inputs = [sess, slider, stage, layer, viewport]
+        anat_outputs = [stage_md, stage_plot, stage_plot2, stage_html, layer]
+        wi_inputs = [sess, slider, wi_sources, wi_cap, wi_rule, viewport]
+        wi_outputs = [wi_md, wi_plot, wi_bars, wi_table, why_md]
+        tv = studio.traces
+
+        # The anatomy and what-if views replay the run up to the step: only the view in sight
+        # follows the slider (and is drawn when its tab opens).
+        def when(view: str, fn: Any, n_out: int) -> Any:
+            def gated(current: str, *args: Any) -> Any:
+                return fn(*args) if current == view else (gr.skip(),) * n_out
+            return gated
+
+        def refresh_views(ev: Any) -> Any:
+            """After the session's trace changed: the header, step 1, and the view in sight."""
+            ev = ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+            ev = ev.then(when("anatomy", tv.anatomy_show, 5), [insp_view] + anat_inputs, anat_outputs,
+                         api_name=False, **light)
+            return ev.then(when("whatif", tv.what_if_show, 5), [insp_view] + wi_inputs, wi_outputs,
+                           api_name=False, **light)
 
         # A decode button first asks the desk (light: it refuses a second decode of this session,
         # or queues a job whose Stop works while it waits, and starts the queue timer); only then
@@ -256,17 +333,42 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
             race_fn, [sess, viewport, prompt, system] + settings + [repeat],
             [race_status] + lane_out + [race_plot, verdict, run_btn, stop_btn, sess],
             show_progress="minimal", api_name="race", **decode)
-        race_ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+        refresh_views(race_ev)
         stop_btn.click(studio.stop, [sess], [race_status, run_btn, stop_btn],
                        cancels=[race_ev] if zero_gpu() else None, api_name="stop", **light)
 
         tab_insp.select(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name="inspector", **light)
         slider.change(studio.inspector_show, [sess, slider, viewport], step_outputs, api_name="inspector_step", **light)
+        slider.change(when("anatomy", tv.anatomy_show, 5), [insp_view] + anat_inputs, anat_outputs, api_name=False,
+                      **light)
+        slider.change(when("whatif", tv.what_if_show, 5), [insp_view] + wi_inputs, wi_outputs, api_name=False,
+                      **light)
         prev_btn.click(lambda s, k: studio.inspector_move(s, k, -1), [sess, slider], [slider], api_name="prev", **light)
         next_btn.click(lambda s, k: studio.inspector_move(s, k, +1), [sess, slider], [slider], api_name="next", **light)
         play_btn.click(studio.inspector_play, [sess, slider, playing], [play_timer, play_btn, playing, slider], api_name=False, **light)
         play_timer.tick(studio.inspector_tick, [sess, slider], [slider, play_timer, play_btn, playing], api_name=False, **light)
         insp_text.select(studio.inspector_jump, [sess], [slider], api_name=False, **light)
+
+        # The inspector's views: the step (overview), its anatomy, what if.
+        view_overview.select(lambda: "overview", None, [insp_view], api_name=False, **light)
+        view_anatomy.select(lambda: "anatomy", None, [insp_view], api_name=False, **light).then(
+            tv.anatomy_show, anat_inputs, anat_outputs, api_name=False, **light)
+        view_whatif.select(lambda: "whatif", None, [insp_view], api_name=False, **light).then(
+            tv.what_if_show, wi_inputs, wi_outputs, api_name=False, **light)
+        stage.change(tv.anatomy_show, anat_inputs, anat_outputs, api_name="anatomy", **light)
+        layer.release(tv.anatomy_show, anat_inputs, anat_outputs, api_name=False, **light)
+        stage_prev.click(lambda st: tv.stage_move(st, -1), [stage], [stage], api_name=False, **light)
+        stage_next.click(lambda st: tv.stage_move(st, +1), [stage], [stage], api_name=False, **light)
+        for c in (wi_sources, wi_cap, wi_rule):
+            c.change(tv.what_if_show, wi_inputs, wi_outputs, api_name="what_if" if c is wi_sources else False,
+                     **light)
+
+        # Trace files: export, load, the shipped examples.
+        trace_export.click(tv.export, [sess], [trace_file, trace_note], api_name="trace_export", **light)
+        refresh_views(trace_up.upload(tv.load_file, [sess, trace_up], [sess, trace_note], api_name="trace_load",
+                                      **light))
+        refresh_views(trace_pick.input(tv.load_example, [sess, trace_pick], [sess, trace_note],
+                                       api_name="trace_example", **light))
 
         chat_fn = on_gpu(duration=int(lim.time_limit_s) + 30)(studio.chat)
         chat_args = dict(fn=chat_fn, inputs=[sess, chat_in, system] + settings,
@@ -276,7 +378,7 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
                           outputs=[chat_status, send_btn, chat_stop, chat_queue, queue_timer], api_name=False, **light)
         chat_send = send_btn.click(**chat_admit).success(api_name="chat", **chat_args)
         for ev in (chat_send, chat_in.submit(**chat_admit).success(api_name=False, **chat_args)):
-            ev.then(studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+            refresh_views(ev)
         chat_stop.click(studio.stop, [sess], [chat_status, send_btn, chat_stop], api_name=False, **light)
         reset_btn.click(studio.chat_reset, [sess], [chatbot, chat_status], api_name="chat_reset", **light)
 
@@ -293,10 +395,9 @@ def build_app(lm: Any = None, *, store: ModelStore | None = None, limits: Limits
         # Light: the preset run behind these figures is made once, in the background after start-up.
         explain_fn = on_gpu(duration=60)(studio.explainer)
         tab_explain.select(explain_fn, [sess, viewport] + settings,
-                           [ex_intro, ex_tree_s, ex_tree, ex_auto_s, ex_auto, ex_rows_s, ex_rows, ex_src, ex_cost],
+                           [ex_intro, ex_tree_s, ex_tree] + ex_stages + [ex_src, ex_src2, ex_cost, ex_limits],
                            api_name="explainer", **light)
-        to_insp.click(studio.explainer_to_inspector, [sess], [sess, tabs], api_name=False, **light).then(
-            studio.inspector_refresh, [sess, viewport], insp_outputs, api_name=False, **light)
+        refresh_views(to_insp.click(studio.explainer_to_inspector, [sess], [sess, tabs], api_name=False, **light))
 
         def restore() -> list[Any]:
             return [d.model, d.capacity_mode, d.capacity, d.automaton_capacity, d.window, d.topk, d.breadth_rule,

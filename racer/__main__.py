@@ -1,4 +1,9 @@
-"""Command line: python -m racer "PROMPT" --method racer --max-new-tokens 256"""
+"""Command line: python -m racer "PROMPT" --method racer --max-new-tokens 256
+
+On a terminal, accepted draft tokens are shown on a background of their source's colour, the
+same colour code as the app's figures (racer.palette, as 24-bit ANSI colours); the model's own
+tokens stay plain. --no-color, NO_COLOR, --json or output that is not a terminal: no colour.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +11,17 @@ import json
 import os
 import sys
 
-COLORS = {"root": "", "retrieval": "\033[32m", "logits": "\033[34m", "both": "\033[35m",
-          "template": "\033[34m", "lookup": "\033[33m"}
+from .palette import SOURCE_COLORS, SOURCE_HUES, SOURCE_NAMES, ansi_background
+
+#: Sources a draft can come from, in legend order (the root token is the model's own: plain).
+DRAFT_SOURCES = ("retrieval", "logits", "both", "lookup", "template")
+COLORS = {"root": "", **{s: ansi_background(SOURCE_COLORS[s]) for s in DRAFT_SOURCES}}
 RESET = "\033[0m"
+
+
+def legend_line() -> str:
+    """Every draft source in its own colour, named as in the figures' legends."""
+    return "  " + " ".join(f"{COLORS[s]} {SOURCE_HUES[s]}: {SOURCE_NAMES[s]} {RESET}" for s in DRAFT_SOURCES)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         print()
-        legend = "  (green: retrieval, blue: logits, magenta: both, yellow: lookup)" if color else ""
         print(f"\n[{res.method}] {res.new_tokens} tokens in {res.forwards} forwards, MAT {res.mat:.2f}, "
               f"{res.tokens_per_s:.1f} tokens/s, {res.wall_s:.2f} s, stop: {res.stop_reason}; "
-              f"{lm.name} on {lm.device} {str(lm.dtype).replace('torch.', '')}{legend}", file=sys.stderr)
+              f"{lm.name} on {lm.device} {str(lm.dtype).replace('torch.', '')}", file=sys.stderr)
+        if color:
+            print(legend_line(), file=sys.stderr)
     return 0
 
 

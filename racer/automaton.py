@@ -251,6 +251,32 @@ class Automaton:
                 return -1
         return v
 
+    def child(self, node: int, token: int) -> int:
+        """The goto edge: `node`'s child carrying `token`, or -1."""
+        return self._kids[node].get(int(token), -1)
+
+    def children(self, node: int) -> dict[int, int]:
+        """token -> child node id (a copy)."""
+        return dict(self._kids[node])
+
+    def depth(self, node: int) -> int:
+        return self._dep[node]
+
+    def freq(self, node: int) -> int:
+        """How many inserted windows passed through `node`."""
+        return self._freq[node]
+
+    def last_touch(self, node: int) -> int:
+        """The LRU clock (`step`) when `node` was last touched."""
+        return self._touch[node]
+
+    def parent(self, node: int) -> int:
+        return self._par[node]
+
+    def peek_borders(self, root_token: int) -> list[int]:
+        """`borders(root_token)` without touching anything (for pictures)."""
+        return self._borders(root_token)
+
     def find(self, tokens: list[int]) -> int:
         """Node id whose string is `tokens` (0 for []), or -1 when it is not in the trie."""
         return self._walk([int(t) for t in tokens])

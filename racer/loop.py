@@ -24,7 +24,7 @@ from .cpu.rows import top_k
 from .drafters.base import Drafter, Verified
 from .kvcache import new_cache
 from .models import LoadedModel
-from .records import DecodeResult, StepRecord
+from .records import DecodeResult, StartRecord, StepRecord
 from .sizing import Sizer
 from .tree import DraftTree
 from .verify import Sampling, accept_greedy, accept_sampling, forward_tree, keep_path
@@ -119,6 +119,9 @@ class DecodeRun:
         self.cache: Any = None
         #: The prefill's wall time, set before the first step record is yielded.
         self.prefill_ms: float | None = None
+        #: What the drafter was started with (with the step records: a replayable run), set
+        #: with `prefill_ms`.
+        self.start: StartRecord | None = None
         if not self.input_ids:
             raise ValueError("empty input: nothing to decode from")
         if len(self.input_ids) >= lm.max_context:
@@ -163,9 +166,11 @@ class DecodeRun:
             topk[rows], p = top_k(logits, K, want_p)
             if topk_p is not None:
                 topk_p[rows] = p
+            start = StartRecord(list(context), self.new_from, rows, topk[rows], None if p is None else p)
         else:
             logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0]
             topk = topk_p = None
+            start = StartRecord(list(context), self.new_from)
         last = logits[-1:]
         # The first token is an acceptance too, at a root-only tree with no root token yet (-1),
         # so an `accept` hook (racer.hf_generate's logits processors) decides it like every other;
@@ -174,6 +179,7 @@ class DecodeRun:
         drafter.start(context, self.new_from, topk, topk_p)
         self._sync()
         prefill_ms = self.prefill_ms = (time.perf_counter() - t_start) * 1e3
+        self.start = start
 
         out: list[int] = []
         accept_lengths: list[int] = []
@@ -257,7 +263,7 @@ class DecodeRun:
             if extra:
                 info.update(extra)
             rec = StepRecord(index, root, tree, accepted, committed, None if done else next_root, past, timings, True,
-                             info)
+                             info, node_topk, node_p, capacity, path if cut < len(path) else None)
             out.extend(committed)
             accept_lengths.append(len(committed))
             index += 1

@@ -215,12 +215,27 @@ class ForwardCalibration:
         return out
 
 
+@dataclass
+class SizePlan:
+    """Sizing's decision for one candidate tree (`Sizer.plan`)."""
+    keep: list[int]                 # node indices kept, ancestor-closed, root included
+    expected: float                 # expected committed tokens per step with them: E(len(keep))
+    rates: list[float]              # expected tokens per ms for T = 1..n
+    costs: list[float]              # the forward ms assumed for T = 1..n (calibrated curve)
+    probs: list[float]              # P(node accepted), every candidate
+    expected_by_size: list[float]   # E(T) for T = 1..n
+    explore: bool                   # kept for exploration rather than for speed
+    curve_ms: float                 # the uncalibrated curve's ms at the kept size
+
+
 class Sizer:
     """Per-session sizing state: the acceptance model, the per-step overhead estimate and the
     calibration of the cost curve against this decoding's own forwards."""
 
     def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True) -> None:
         self.curve = curve
+        #: The arguments besides the curve, so a replay makes the same sizer (racer.replay).
+        self.settings = {"max_size": max_size, "pool_factor": pool_factor, "burst": burst}
         self.max_size = max_size or max(curve.sizes)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
         # the drafter's fixed order, e.g. retrieval before logits) decides what fills the tree.
@@ -236,7 +251,9 @@ class Sizer:
         self.calibration = ForwardCalibration()
         self._predicted: tuple[int, float] | None = None
 
-    def size(self, tree: DraftTree, context_len: int) -> DraftTree:
+    def plan(self, tree: DraftTree, context_len: int) -> SizePlan:
+        """What `size` would keep of `tree` now, and why; changes nothing (the step inspector
+        asks it about trees the run never drafted)."""
         probs = self.model.estimate(tree, self.burst)
         # Every size sizing may choose, exploration's included.
         n = min(len(tree), max(self.max_size, self.explore_nodes + 1))
@@ -245,22 +262,31 @@ class Sizer:
         costs = [c * f for c, f in zip(curve, self.calibration.factors(n))]
         keep, expected, rates = choose_size(probs, lambda T: costs[T - 1], self.overhead_ms, self.max_size)
         explore = False
-        if len(keep) == 1 and len(tree) > 1:
-            self._idle += 1
-            if self._idle >= self.explore_every:
-                self._idle, explore = 0, True
-                top = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: self.explore_nodes]
-                keep = sorted({0, *top})
-                expected = 1.0 + sum(probs[i] for i in top)
-        else:
-            self._idle = 0
-        out = prune(tree, keep, probs)
-        self._predicted = (len(keep), curve[len(keep) - 1])
-        out.info.update({"chosen_T": len(keep), "candidates": len(tree), "expected_accept": round(expected, 4),
-                         "explore": explore, "burst": self.burst,
-                         "rates": [round(r * 1e3, 3) for r in rates],
+        if len(keep) == 1 and len(tree) > 1 and self._idle + 1 >= self.explore_every:
+            explore = True
+            top = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: self.explore_nodes]
+            keep = sorted({0, *top})
+            expected = 1.0 + sum(probs[i] for i in top)
+        # E(T): expected committed tokens per step when the T most likely nodes are kept (the
+        # root counts 1), the one definition the sentence, the figures and the stats use.
+        order = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: len(rates) - 1]
+        by_size = [1.0]
+        for i in order:
+            by_size.append(by_size[-1] + probs[i])
+        return SizePlan(keep, expected, rates, costs[:len(rates)], probs, by_size, explore, curve[len(keep) - 1])
+
+    def size(self, tree: DraftTree, context_len: int) -> DraftTree:
+        plan = self.plan(tree, context_len)
+        # Without drafts nothing is learned: count the undrafted steps until an exploration.
+        self._idle = self._idle + 1 if len(plan.keep) == 1 and len(tree) > 1 else 0
+        out = prune(tree, plan.keep, plan.probs)
+        self._predicted = (len(plan.keep), plan.curve_ms)
+        out.info.update({"chosen_T": len(plan.keep), "candidates": len(tree), "expected_accept": round(plan.expected, 4),
+                         "explore": plan.explore, "burst": self.burst,
+                         "rates": [round(r * 1e3, 3) for r in plan.rates],
+                         "expected_by_size": [round(e, 4) for e in plan.expected_by_size],
                          # The forward ms sizing assumed (the curve after calibration), per size.
-                         "cost_ms": [round(c, 2) for c in costs[:len(rates)]]})
+                         "cost_ms": [round(c, 2) for c in plan.costs]})
         return out
 
     def observe(self, tree: DraftTree, accepted: list[int], timings: dict[str, float]) -> None:

@@ -1,8 +1,12 @@
-"""The "How it works" walk: short paragraphs, each next to a figure drawn from a small preset
-RACER run on the loaded model (the same figures as the inspector).
+"""The "How it works" walk: short paragraphs, each next to a figure drawn from two preset RACER
+runs on the loaded model (the same figures as the inspector): one where RACER wins (renaming
+a variable in code: the answer copies the question) and one where it cannot (a one-line
+joke: new text). The walk follows one step of the first run through the seven stages of the
+inspector's anatomy, in order.
 
-The preset run is the same for everyone (a fixed prompt, greedy), so it is cached per model
-in this process; it holds no user data.
+The preset runs are the same for everyone (fixed prompts, greedy), so they are made once per
+model in this process; they hold no user data. Without a loaded model (it is still loading,
+or this server has none) the walk uses the example traces that ship with the app, and says so.
 """
 from __future__ import annotations
 
@@ -10,100 +14,136 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-PRESET_TITLE = "Rename in code"
+from .glossary import term
+
+#: The two presets: (example title, what it shows).
+WIN_TITLE = "Rename in code"
+CANNOT_TITLE = "One-line joke"
+PRESET_TITLE = WIN_TITLE
 PRESET_TOKENS_CPU = 64
 PRESET_TOKENS_GPU = 96
 
-INTRO = """### How RACER makes a language model faster — without changing a single word it writes
+INTRO = f"""### How RACER makes a language model faster — without changing a single word it writes
 
-A language model writes one token (a word piece) at a time. Each token needs one **forward pass**:
-the whole model is read from memory to compute it. On a small batch that pass costs almost the same
-whether the model checks one token or a dozen, so most of the machine's effort is waiting for memory.
+A language model writes one {term('token')} (a word piece) at a time. Each token needs one
+**{term('forward pass')}**: the whole model is read from memory to compute it. On a small batch that pass costs
+almost the same whether the model checks one token or a dozen, so most of the machine's effort is waiting for memory.
 
-**Speculative decoding** uses that slack: guess several next tokens (a *draft*), let the model check
-them all in one pass, keep the ones it agrees with. The model always has the last word, so the text
+**{term('Speculative decoding')}** uses that slack: guess several next tokens (a *draft*), let the
+model check them all in one pass, keep the ones it agrees with. The model always has the last word, so the text
 is exactly what it would have written alone — only faster when the guesses are good.
 
-Below, every picture comes from a real run of the model on a small preset prompt (renaming a variable
-in a piece of code: a task where much of the answer is copied from the question)."""
+Below, every picture comes from real runs of the model on two small preset prompts: renaming a variable in a piece
+of code (much of the answer is copied from the question: RACER's best case) and a one-line joke (new text: its
+worst). We follow **one step** of the first run through RACER's seven stages — the same stages the Step inspector's
+*Anatomy* view shows for any step of any run."""
 
-SECTIONS: dict[str, str] = {
-    "tree": """#### 1 · A draft is a tree, checked in one pass
+TREE = f"""#### A draft is a tree, checked in one pass
 
-RACER does not guess one continuation but a **tree** of them: several candidates for the next token,
-and candidates after each of those. The model reads the whole tree in one forward pass (*tree
-attention*: each candidate sees the text so far plus its own ancestors) and returns its own choice at
-every node. Starting from the root, we walk down as long as a child is exactly what the model would
-have picked. That walk is the **accepted path** (thick black below). The model's choice after the last
-accepted node comes free as well — it becomes the next step's root (the dotted box).
+RACER does not guess one continuation but a **{term('draft tree')}**: several candidates for the next token, and
+candidates after each of those, all starting from the token the model has just fixed (the root, *x0*). The model
+reads the whole tree in one forward pass and returns its own choice at every node. Starting from the root, we walk
+down as long as a child is exactly what the model would have picked. That walk is the **{term('accepted path')}**
+(thick black below). The model's choice after the last accepted node comes free as well: it becomes the next step's
+root (the dotted box). **{term('MAT')}** counts the tokens one forward pass commits on average; plain decoding has
+MAT 1."""
 
-**MAT** (mean accepted tokens) counts how many tokens one forward pass commits on average; plain
-decoding has MAT 1.""",
-    "automaton": """#### 2 · Drafts from what was already written: the automaton
+#: What each stage does in general; the walk adds what it did at the preset's step.
+STAGE_INTROS: dict[str, str] = {
+    "match": f"""#### 1 · Where are we? The match state and the borders
 
-Text repeats itself: names, code lines, phrases from the question. RACER keeps every recent
-n-gram (up to 10 tokens) of the prompt and of its own answer in an **Aho–Corasick automaton**, a trie
-with *failure links* (dashed) that jump to the longest suffix that is also stored. The **match state**
-(black frame) is the longest stored string that ends the text so far. The **borders** (blue frames) are
-the state and its shorter suffixes; whatever followed them before is proposed again as a retrieval
-draft. Colours show how long ago each node was used: when the automaton is full, the oldest leaves
-are recycled first.""",
-    "logits": """#### 3 · Drafts from what the model predicted before: copy-logit
+Text repeats itself: names, code lines, phrases from the question. RACER keeps every stretch of up to 10 tokens of
+the prompt and of its own answer in an **{term('automaton')}** (an Aho–Corasick trie). The step starts by appending
+x0 to what the automaton matched so far, following **{term('failure link')}s** (each jumps to the longest shorter
+ending that is also stored) until x0 can follow. Every stored ending of the text + x0 is a **{term('border')}**.""",
+    "retrieval": """#### 2 · What followed before: retrieval candidates
 
-When nothing repeats, the model's own recent predictions still help. Every forward pass produces a
-ranking of next tokens; RACER stores the top 8 for each token it has seen (**copy-logit**: the ranking
-from the last time *this* token was fed to the model). To extend a draft after token *x*, it copies
-*x*'s row: rank 1 gets the widest subtree, rank 2 half as wide, and so on. The table below shows
-the rows one step used; coloured entries became tree nodes, framed ones were accepted.""",
-    "merge": """#### 4 · Merging the two, and where each token came from
+Below each border the automaton holds what came next the earlier times. Those continuations, pooled over the
+borders and ranked by how often they occurred, are the **retrieval** candidates (blue).""",
+    "logits": f"""#### 3 · What the model predicted before: the logits tree
 
-Each step has a fixed budget of tree nodes. Retrieval candidates go in first (they are long and
-usually right when they exist); the copy-logit tree fills the rest. Where both propose the same path
-the branches merge (green, *both*). The chart shows, step by step, how many committed tokens came
-from each source: **blue** from retrieval, **orange** from copy-logit, **green** from both, grey the
-model's own token that every step commits.""",
-    "cost": """#### 5 · Why the tree size depends on your hardware
+When nothing repeats, the model's own earlier predictions still help. Every forward pass ranks the next tokens;
+RACER keeps the top 8 for each token it has seen (**{term('copy-logit')}**: the ranking from the last time *this*
+token was fed). The logits tree (orange) copies x0's row, then the rows of those tokens, layer by layer: the best
+entry gets the widest subtree, the next ones half as wide.""",
+    "merge": f"""#### 4 · One tree: prompt lookup, the merge and the sizer
 
-Checking a bigger tree accepts more tokens, but the forward pass gets slower — a little on a GPU,
-a lot on a small CPU. The best size is where *expected tokens per second* peaks, and that point
-moves with the machine. RACER Studio measures this curve for the hardware it runs on (the Benchmark
-view shows it); with **capacity = auto**, RACER picks the size at every step from it.""",
-    "limits": """#### 6 · Where RACER cannot help
+RACER Studio also adds a **{term('prompt lookup')}** chain (purple): the text after the latest earlier occurrence of
+the last few tokens, which can run longer than the automaton's 10-token window. All candidates go into one trie;
+paths that two sources proposed merge (green, *both*). Then the **{term('sizer')}** keeps only the candidates worth
+their cost on this machine: it estimates how likely each is to be accepted and stops where the expected tokens per
+second peak.""",
+    "attention": f"""#### 5 · One forward pass: tree attention
 
-When the answer is short and new — a haiku, a joke, a list of fresh ideas — there is little to
-copy, and the model's earlier predictions rarely match. Drafts are then mostly rejected and the speed
-is close to plain decoding (never wrong, though: the model still checks every token). Try the
-*Short original poem* and the *Rename in code* examples in the Race view to see both ends.""",
+The kept tree goes through the model in one forward pass. **{term('tree attention')}** makes that possible: each
+node may look at the whole context and at its own ancestors, never at other branches, so every branch is scored as
+if it were the only continuation.""",
+    "verify": """#### 6 · Verify: keep what the model agrees with
+
+The forward returns the model's own choice after every node. From x0 we walk down while a child is exactly that
+choice. Where the walk stops, the model's choice is not lost: it is the next step's root. So every step commits at
+least one token, and the text is exactly the model's own.""",
+    "update": f"""#### 7 · Update: what the step teaches the drafter
+
+The committed tokens are fed to the automaton (new n-grams, touched nodes; when it is full, the least recently
+used leaves are evicted: {term('LRU eviction')}), and the copy-logit rows of every verified token are rewritten
+from this forward's predictions. The next step drafts from there.""",
 }
+
+SOURCES = """#### Where each committed token came from, in both runs
+
+Each bar is one step: grey is the model's own token (one per step), the colours are accepted drafts by source.
+On the code (first chart) long copied stretches are accepted in one step; on the joke (second) almost every step
+commits only the model's own token."""
+
+COST = """#### Why the tree size depends on your hardware
+
+Checking a bigger tree accepts more tokens, but the forward pass gets slower — a little on a GPU, a lot on a small
+CPU. The best size is where *expected tokens per second* peaks, and that point moves with the machine. RACER Studio
+measures this curve for the hardware it runs on (the Benchmark view shows it); with **capacity = auto**, RACER picks
+the size at every step from it (stage 4 above)."""
+
+LIMITS = """#### Where RACER cannot help
+
+When the answer is short and new — a joke, a haiku, a list of fresh ideas — there is little to copy, and the
+model's earlier predictions rarely match. Drafts are then mostly rejected and the speed is close to plain decoding
+(never wrong, though: the model still checks every token). A small model may also fall into repeating itself;
+RACER then copies the repetition and looks fast on it. Try both kinds of example in the Race view."""
 
 
 @dataclass
 class Preset:
-    trace: Any                 # racer_app.session.Trace
-    tree_step: int             # a step with a long accepted path
-    logits_step: int           # a step whose rows were used and accepted
-    auto_step: int             # a step with a rich automaton picture
+    win: Any                   # racer_app.session.Trace: where RACER wins
+    cannot: Any                # racer_app.session.Trace: where it cannot
+    tree_step: int             # a step of `win` with a long accepted path
+    anatomy_step: int          # a step of `win` that shows every stage well
+    live: bool = True          # made with the loaded model (else: the shipped traces)
+
+    @property
+    def trace(self) -> Any:
+        return self.win
 
 
 _cache: dict[str, Preset] = {}
 _lock = threading.Lock()
 
 
-def pick_steps(steps: list[Any]) -> tuple[int, int, int]:
-    """Steps that illustrate each section well (a long accepted path; a logits acceptance; a deep match)."""
-    def count(s: Any, src: str) -> int:
-        acc = s.accepted[1:len(s.committed)]
-        return sum(1 for i in acc if s.tree.sources[i] in src)
+def _count(s: Any, sources: tuple[str, ...]) -> int:
+    acc = s.accepted[1:len(s.committed)]
+    return sum(1 for i in acc if s.tree.sources[i] in sources)
 
+
+def pick_steps(steps: list[Any]) -> tuple[int, int]:
+    """(a step with a long accepted path, a step that shows every stage: borders, logits
+    candidates and accepted retrieval drafts)."""
     fw = [i for i, s in enumerate(steps) if s.forwarded] or [0]
-    # prefer a step with a long accepted path and a tree that is not enormous to read
     tree_step = max(fw, key=lambda i: (len(steps[i].committed), -len(steps[i].tree)))
-    logits_step = max(fw, key=lambda i: (count(steps[i], ("logits", "both")), bool(steps[i].info.get("copy_rows")),
-                                         -i))
-    auto_step = max(fw, key=lambda i: (int(steps[i].info.get("match_depth", 0) or 0) > 0,
-                                       bool(steps[i].info.get("automaton")), i != tree_step,
-                                       count(steps[i], ("retrieval", "both"))))
-    return tree_step, logits_step, auto_step
+
+    def richness(i: int) -> tuple:
+        info = steps[i].info or {}
+        return (bool(info.get("borders")), int(info.get("n_logits", 0) or 0) + int(info.get("n_both", 0) or 0) > 0,
+                min(_count(steps[i], ("retrieval", "both", "lookup")), 4), len(steps[i].committed) > 1, -i)
+    return tree_step, max(fw, key=richness)
 
 
 def get_preset(key: str) -> Preset | None:

@@ -7,7 +7,9 @@ from statistics import median
 from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
-from visuals import SOURCE_COLORS, SOURCE_NAMES, method_color, token_sources
+from racer import palette
+from racer.records import run_numbers
+from visuals import method_color, token_sources
 from visuals.colors import tint
 from visuals.tokens import string_label, token_label, truncate, visible
 
@@ -25,16 +27,13 @@ STOP_WORDS = {
 
 # -- colours for coloured text --------------------------------------------------------------------
 
-#: Label -> colour for gr.HighlightedText (Gradio draws the background at 50 % alpha).
-#: The model's own token stays nearly plain; draft sources use the shared colour code.
-TEXT_COLORS: dict[str, str] = {
-    "root": "#E4E4E4",
-    "retrieval": SOURCE_COLORS["retrieval"],
-    "logits": SOURCE_COLORS["logits"],
-    "both": SOURCE_COLORS["both"],
-    "template": SOURCE_COLORS["template"],
-    "lookup": SOURCE_COLORS["lookup"],
-}
+#: Source -> colour of coloured text: the shared colour code (racer.palette) as it is.
+TEXT_COLORS: dict[str, str] = dict(palette.SOURCE_COLORS)
+#: The model's own token is on every step: it stays nearly plain, a pale tint of the root grey
+#: (as text background, faded for the other steps, and for the inspected step).
+_ROOT_ALPHA, _ROOT_FADED_ALPHA, _ROOT_CURRENT_ALPHA = 0.18, 0.09, 0.66
+#: Sources the race and the inspector can show, in legend order.
+TEXT_SOURCES = ("root", "retrieval", "logits", "both", "lookup", "template")
 CURRENT = "▶ "  # prefix of labels of the inspected step
 
 _MD_SPECIAL = {c: f"&#{ord(c)};" for c in "\\`*_{}[]#|~<>&"}
@@ -46,22 +45,24 @@ def md_text(text: str) -> str:
 
 
 def text_color_map(current: bool = False) -> dict[str, str]:
-    """Colour map for coloured text; with `current`, the other steps are faded and labels
-    prefixed with CURRENT carry the full colour."""
+    """Colour map for gr.HighlightedText (Gradio draws the background at 50 % alpha); with
+    `current`, the other steps are faded and labels prefixed with CURRENT carry the full colour."""
+    root = TEXT_COLORS["root"]
     if not current:
-        return dict(TEXT_COLORS)
-    out = {k: (tint(v, 0.45) if k != "root" else "#F2F2F2") for k, v in TEXT_COLORS.items()}
-    out.update({CURRENT + k: (v if k != "root" else "#9E9E9E") for k, v in TEXT_COLORS.items()})
+        return {k: (v if k != "root" else tint(root, _ROOT_ALPHA)) for k, v in TEXT_COLORS.items()}
+    out = {k: (tint(v, 0.45) if k != "root" else tint(root, _ROOT_FADED_ALPHA)) for k, v in TEXT_COLORS.items()}
+    out.update({CURRENT + k: (v if k != "root" else tint(root, _ROOT_CURRENT_ALPHA)) for k, v in TEXT_COLORS.items()})
     return out
 
 
-def legend_html(sources: Sequence[str] = ("root", "retrieval", "logits", "both", "lookup", "template"),
-                extra: str = "") -> str:
+def legend_html(sources: Sequence[str] = TEXT_SOURCES, extra: str = "") -> str:
+    """The colour code as chips tinted like the text they explain, named in plain words."""
     chips = []
     for s in sources:
-        c = TEXT_COLORS.get(s, "#999")
-        chips.append(f'<span class="racer-chip" style="background:{tint(c, 0.5) if s != "root" else c}">'
-                     f'{html.escape(SOURCE_NAMES.get(s, s))}</span>')
+        c = TEXT_COLORS.get(s, "#999999")
+        bg = tint(c, 0.5) if s != "root" else tint(c, _ROOT_ALPHA)
+        chips.append(f'<span class="racer-chip" style="background:{bg}">'
+                     f'{html.escape(palette.SOURCE_LONG_NAMES.get(s, s))}</span>')
     tail = f' <span class="racer-legend-note">{extra}</span>' if extra else ""
     return f'<div class="racer-legend" role="note" aria-label="colour code">{"".join(chips)}{tail}</div>'
 
@@ -134,7 +135,7 @@ def lane_stats_md(lane: Any, running: bool, series: Sequence[dict[str, Any]] | N
 
 
 def lane_header_html(method: str) -> str:
-    c = method_color(method if method != "tr" else "token_recycling")
+    c = method_color(method)
     return (f'<div class="racer-lane-head" style="border-color:{c}"><span class="racer-lane-dot" '
             f'style="background:{c}"></span><b>{METHOD_TITLES.get(method, method)}</b>'
             f'<span class="racer-lane-blurb">{METHOD_BLURBS.get(method, "")}</span></div>')
@@ -401,13 +402,25 @@ def current_step_spans(spans: list[tuple[str, str | None]], step_of: list[int], 
     return out
 
 
+def numbers_md(n: Any) -> str:
+    """A run's counts in the words every view uses (racer.records.run_numbers)."""
+    return (f"{n.tokens} tokens in {n.forwards} forward passes (the prompt's included): MAT **{n.mat:.2f}**, "
+            f"{n.steps} steps")
+
+
 def trace_header_md(trace: Any, limits_note: str = "") -> str:
     kind = {"race": "the last race's RACER column", "chat": "the last chat turn",
             "preset": "the preset run"}.get(trace.source, trace.source)
-    n_tok = sum(len(s.committed) for s in trace.steps)
-    parts = [f"Inspecting **{kind}**: {trace.n} steps, {n_tok} tokens, MAT {n_tok / max(1, trace.n):.2f}"]
+    if getattr(trace, "origin", "") == "shipped":
+        kind = "a trace that ships with RACER Studio"
+    elif getattr(trace, "origin", "") == "file":
+        kind = "a loaded trace"
+    parts = [f"Inspecting **{kind}**: {numbers_md(run_numbers(trace.steps))}"]
     if trace.title:
         parts[0] += f" — *{md_text(truncate(trace.title, 60))}*"
+    if getattr(trace, "origin", "") and trace.model:
+        parts.append(f"Recorded with {md_text(trace.model)}; the pictures and the anatomy replay the recording, "
+                     f"no model runs.")
     if trace.truncated:
         parts.append(f"Pictures are kept for the first {trace.detail_steps} steps only (this server's limit); "
                      f"later steps show the text and the tree.")

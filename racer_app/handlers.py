@@ -27,17 +27,24 @@ from racer import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, make
 from racer.models import resolve_device, resolve_dtype
 from racer.prompting import common_prefix
 from racer.race import Race
+from racer.records import run_numbers
+from racer.replay import Turn
 from visuals import acceptance_by_source, cost_figure, race_figure
 from visuals.bench_figures import bench_figures
 
 from . import explainer as X
-from .format import (METHOD_TITLES, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, race_record,
-                     series_md, sizing_md, step_sentence, trace_header_md, verdict_md)
+from . import tracefile
+from .format import (METHOD_TITLES, md_text, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, race_record,
+                     numbers_md, series_md, sizing_md, step_sentence, trace_header_md, verdict_md)
 from .desk import Desk
-from .inspector import clamp_step, empty_figure, fluid, render_step, step_of_span
+from .inspector import FIG_WIDTH, clamp_step, empty_figure, fig_width, fluid, render_step, step_of_span
 from .jobs import Job
 from .models import ModelStore
 from .session import Session, Trace, bound_detail
+from .trace_views import TraceViews
+from .anatomy_text import stage_md
+from .anatomy_view import step_anatomy
+from .stage_render import render_stage
 from .settings import (FIELDS, Limits, Settings, capacity_value, clamp_count, cost_curve_figure_data,
                        default_settings, make_sizer, racer_options, settings_from_values, uses_auto, validate)
 
@@ -47,19 +54,8 @@ RACE_METHODS = ("racer", "ar", "tr")
 RACE_REPEATS = 3        # the page's "race 3×" switch
 TEXT_EVERY_S = 0.1      # race text updates: ~10 per second
 PLOT_EVERY_S = 0.33     # race plot updates: ~3 per second
-FIG_WIDTH = 860        # tree / automaton figures (laid out in pixels), at most
 
 
-def fig_width(viewport: Any) -> int:
-    """Pixel width for the tree and automaton figures given the browser's viewport width (the
-    page sends it on load); narrow screens get narrower figures rather than clipped ones."""
-    try:
-        vw = int(float(viewport))
-    except (TypeError, ValueError):
-        return FIG_WIDTH
-    if vw <= 0:
-        return FIG_WIDTH
-    return max(300, min(FIG_WIDTH, vw - 56))
 PLOT_WIDTH = 640       # charts that stretch to their container: legends are laid out for this width
 
 
@@ -167,6 +163,8 @@ class Studio:
         self.slot = threading.BoundedSemaphore(max(1, self.limits.decode_concurrency))
         # Repeating a race is cheap on a GPU; on a CPU one race takes a while.
         self.repeat_default = dev.type == "cuda"
+        # The inspector's anatomy, what-if and trace-file views.
+        self.traces = TraceViews(self)
 
     def _in_slot(self, waiting: Any, work: Iterator[tuple]) -> Iterator[tuple]:
         """Run the generator `work` holding the decode slot; `waiting(status)` is the frame shown
@@ -228,29 +226,41 @@ class Studio:
         return {m: {"sizer": make_sizer(lm)} for m in methods if m != "ar"}
 
     def trace_from(self, lm: Any, steps: list[Any], prompt_ids: list[int], source: str, title: str,
-                   s: Settings, stop_reason: str | None) -> Trace:
+                   s: Settings, stop_reason: str | None, turns: list[Turn] | None = None,
+                   sizer: Any = None) -> Trace:
+        """The inspector's trace of a RACER run; with `turns` (the drafter's decodes, this one
+        last) and the run's `sizer`, it replays (anatomy, what if) without the model."""
         detail = bound_detail(steps, self.limits.inspector_steps)
         tok = lm.tokenizer
         return Trace(steps, list(prompt_ids), functools.partial(_decode_one, tok), functools.partial(_decode_many, tok),
                      source=source, title=title, model=lm.name, settings=s.to_dict(), detail_steps=detail,
-                     stop_reason=stop_reason, cost_curve=lm.cost_curve)
+                     stop_reason=stop_reason, cost_curve=sizer.curve if sizer is not None else lm.cost_curve,
+                     turns=turns, drafter={"method": "racer", "options": racer_options(s), "vocab_size": lm.vocab_size},
+                     sizer=dict(sizer.settings) if sizer is not None else None)
 
     # -- status ---------------------------------------------------------------------------------
 
     def model_status(self) -> tuple[str, Any]:
-        """Header status line; the second value turns the polling timer off once settled."""
+        """Header status line (plain words first; file names and kernels behind "details"); the
+        second value turns the polling timer off once settled."""
         st = self.store.status()
         if st["state"] == "ready":
-            notes = f" · {st['notes'][0]}" if st.get("notes") else ""
-            md = (f"🟢 **{st['model']}** on **{st['device']}** ({st['dtype']}) · loaded in {st['load_s']:.1f} s"
-                  f"{notes}")
+            name = friendly_model_name(st["model"])
+            where = "a GPU" if str(st["device"]).startswith("cuda") else "the CPU"
+            md = f"🟢 **{name}** is ready on {where} · loaded in {st['load_s']:.1f} s"
             if self.warming:
-                return md + f" · ⏳ {self.warming}…", gr.Timer(active=True)
-            return md, gr.Timer(active=False)
+                md += f" · ⏳ {self.warming}…"
+            details = [f"model file: {st['model']}", f"device {st['device']}, {st['dtype']} arithmetic",
+                       f"context {st.get('max_context', '?')} tokens"] + list(st.get("notes") or [])
+            md += ("\n<details class='racer-details'><summary>technical details</summary>\n\n"
+                   + "\n".join(f"- {md_text(str(x))}" for x in details) + "\n</details>")
+            return md, gr.Timer(active=bool(self.warming))
         if st["state"] == "error":
-            return f"🔴 The model could not be loaded: {st['error']}", gr.Timer(active=False)
+            return (f"🔴 The model could not be loaded: {st['error']}. The **Step inspector** and **How it works** "
+                    f"still replay the example traces that ship with the app."), gr.Timer(active=False)
         return (f"⏳ Loading the model ({st['spec']}) — {st['elapsed_s']:.0f} s; the first start converts it "
-                f"once (about 15 s), later starts take a second."), gr.Timer(active=True)
+                f"once (about 15 s), later starts take a second. Meanwhile the Step inspector shows an example "
+                f"trace."), gr.Timer(active=True)
 
     def prompt_mode(self, model: str | None = None) -> str:
         """The note beside the prompt: whether the chosen model answers through its chat template or,
@@ -278,7 +288,11 @@ class Studio:
                 f"method runs per benchmark), "
                 f"{lim.decode_concurrency} decode{'s' if lim.decode_concurrency > 1 else ''} at a time "
                 f"(others wait in the queue; one waiting or running decode per visitor), automata of up to "
-                f"{lim.max_automaton:,} nodes, pictures for the first {lim.inspector_steps} steps of a run.")
+                f"{lim.max_automaton:,} nodes, pictures for the first {lim.inspector_steps} steps of a run."
+                "\n<details class='racer-details'><summary>for whoever runs this server</summary>\n\n"
+                "These limits, the start-up model and the models visitors may pick beside the shipped ones are set "
+                "by environment variables (`RACER_MODEL`, `RACER_ALLOWED_MODELS`, `RACER_MAX_NEW_TOKENS`, …): "
+                "docs/RELIABILITY.md lists them.\n</details>")
 
     # -- race ----------------------------------------------------------------------------------
 
@@ -380,7 +394,9 @@ class Studio:
         if len(series) > 1:
             sess.race_summary["series"] = series
         rl = race.lanes["racer"]
-        sess.trace = self.trace_from(lm, racer_steps, ids, "race", prompt.strip().splitlines()[0], s, rl.stop_reason)
+        turns = [Turn(rl.run.start, racer_steps)] if rl.run.start is not None else None
+        sess.trace = self.trace_from(lm, racer_steps, ids, "race", prompt.strip().splitlines()[0], s, rl.stop_reason,
+                                     turns, rl.run.sizer)
         notes += sess.fit(self.max_session_bytes)
         note = self._notes_md(notes)
         chosen = "  \n".join(x for x in (sizing_md(racer_steps, "RACER"), sizing_md(tr_steps, "Token Recycling")) if x)
@@ -443,13 +459,40 @@ class Studio:
     # -- inspector (pure functions of the session's trace) ---------------------------------------------
 
     def inspector_refresh(self, sess: Session | None, viewport: Any = None) -> tuple:
-        """Header, slider range and step 1 of the session's latest trace."""
+        """Header, slider range and step 1 of the session's latest trace. A session with no run
+        of its own gets the first shipped example trace, so the inspector teaches before any
+        decode (and on a server whose model could not be loaded at all)."""
         trace = sess.trace if isinstance(sess, Session) else None
+        note = ""
+        if (trace is None or trace.n == 0) and isinstance(sess, Session):
+            trace = self.example_trace()
+            if trace is not None:
+                sess.trace = trace
+                note = "No run of yours yet, so here is an example"
+                if self.store.status().get("state") == "error":
+                    note = ("⚠️ No model could be loaded on this server, so the race and the chat are off. Here is an "
+                            "example trace instead")
+                note += (": it replays a recorded run, anatomy and what-if included. Run a race to inspect your own, "
+                         "or pick another example under *Traces*.")
         if trace is None or trace.n == 0:
             msg = "No RACER run yet in this session: run a race (or chat below), then step through it here."
             return (msg, gr.Slider(minimum=1, maximum=2, value=1, interactive=False)) + self._empty_step(msg)
-        return ((trace_header_md(trace), gr.Slider(minimum=1, maximum=max(2, trace.n), value=1, step=1, interactive=trace.n > 1))
+        return ((trace_header_md(trace, note), gr.Slider(minimum=1, maximum=max(2, trace.n), value=1, step=1,
+                                                         interactive=trace.n > 1))
                 + self._step_outputs(trace, 0, viewport))
+
+    @staticmethod
+    def example_trace() -> Trace | None:
+        """The first shipped trace, loaded afresh (each session gets its own copy), or None."""
+        for _, path in tracefile.shipped()[:1]:
+            try:
+                trace = tracefile.load(path)
+            except tracefile.TraceFileError:
+                log.error("shipped trace %s unreadable: %s", path, traceback.format_exc())
+                return None
+            trace.origin = "shipped"
+            return trace
+        return None
 
     def _empty_step(self, msg: str) -> tuple:
         return ("", empty_figure("The draft tree of a step appears here."), gr.Plot(visible=False),
@@ -532,6 +575,7 @@ class Studio:
                 sess.chat_sizer = make_sizer(lm) if uses_auto(s) else None
                 sess.chat_key = key
                 sess.chat_fed = []
+                sess.chat_turns_log = []
             new_from = common_prefix(sess.chat_fed, ids)
             stop = job.stop
             kw = {"sizer": sess.chat_sizer} if getattr(sess, "chat_sizer", None) is not None else {}
@@ -555,13 +599,17 @@ class Studio:
             text = res.text
             sess.chat_messages = msgs + [{"role": "assistant", "content": text}]
             sess.chat_fed = list(ids) + list(res.token_ids)
-            sess.trace = self.trace_from(lm, steps, ids, "chat", message.strip().splitlines()[0], s, res.stop_reason)
+            # The drafter lives across turns: replaying this turn replays the earlier ones first.
+            if run.start is not None:
+                sess.chat_turns_log.append(Turn(run.start, steps))
+            sess.trace = self.trace_from(lm, steps, ids, "chat", message.strip().splitlines()[0], s, res.stop_reason,
+                                         list(sess.chat_turns_log) if run.start is not None else None, run.sizer)
             notes += sess.fit(self.max_session_bytes)
             size = (steps[-1].info.get("automaton_size") if steps and steps[-1].info else None)
             if size is None and len(steps) > 1:
                 size = steps[-2].info.get("automaton_size")
             turn = len(sess.chat_messages) // 2
-            st = (f"Turn {turn}: {res.new_tokens} tokens in {res.steps} steps (MAT {res.mat:.2f}); "
+            st = (f"Turn {turn}: {numbers_md(run_numbers(steps))}; "
                   f"the automaton {'started fresh' if fresh else 'kept everything from earlier turns'}"
                   f"{f' and now holds {size} nodes' if size else ''}; the prompt's first {new_from} tokens were "
                   f"already known to it. The inspector above now shows this turn.")
@@ -776,36 +824,73 @@ class Studio:
     # -- explainer --------------------------------------------------------------------------------
 
     def explainer(self, sess: Session | None, viewport: Any, *vals: Any) -> tuple:
-        """Figures for the walk-through, from a preset RACER run (cached per model)."""
+        """Figures for the walk-through (see racer_app.explainer): the preset runs' tree, the seven
+        stages of one step, where the tokens came from in both runs, the cost curve, the limits."""
         width = fig_width(viewport)
+        n_out = 3 + 2 * len(X.STAGE_INTROS) + 4
         try:
-            s, _ = self._settings(vals)
-            s.model = "default"
-            lm = self._model(s)
-            preset = self.preset(lm)
-            tr = preset.trace
-            tree = render_step(tr, preset.tree_step, width=width)
-            auto = render_step(tr, preset.auto_step, width=width)
-            rows = render_step(tr, preset.logits_step, width=width)
-            n_tok = sum(len(x.committed) for x in tr.steps)
-            intro = (f"*Preset run: “{X.PRESET_TITLE}”, {n_tok} tokens in {tr.n} steps (MAT "
-                     f"{n_tok / max(1, tr.n):.2f}) on {lm.name}.*")
-            src_fig = fluid(acceptance_by_source(tr.steps, width=PLOT_WIDTH, height=360), viewport)
-            curve = cost_curve_figure_data(lm) or find_cost_curve(tr.steps)
+            preset, lm = self.explainer_preset()
+            win, cannot = preset.win, preset.cannot
+            tree = render_step(win, preset.tree_step, width=width)
+            k = preset.anatomy_step
+            an = step_anatomy(None, win, k)
+            stages: list[Any] = []
+            for st in X.STAGE_INTROS:
+                if an.data is None:
+                    stages += [an.error, gr.skip()]
+                    continue
+                view = render_stage(st, an.data, win, width=width)
+                stages += [stage_md(st, an.data, win.decode_one, title=False), view.figure]
+            where = ("on **" + friendly_model_name(lm.name) + "**" if preset.live else
+                     "recorded with **" + (win.model or "the default model") + "** (no model is loaded here yet, so "
+                     "these are the example traces that ship with the app)")
+            intro = (f"*Preset runs {where}: “{X.WIN_TITLE}”, {numbers_md(run_numbers(win.steps))}; "
+                     f"“{X.CANNOT_TITLE}”, {numbers_md(run_numbers(cannot.steps))}. The stages below follow step "
+                     f"{k + 1} of the first.*")
+            src_win = fluid(acceptance_by_source(win.steps, width=PLOT_WIDTH, height=340,
+                                                 title=f"“{X.WIN_TITLE}”: MAT {run_numbers(win.steps).mat:.2f}"),
+                            viewport)
+            src_cannot = fluid(acceptance_by_source(cannot.steps, width=PLOT_WIDTH, height=340,
+                                                    title=f"“{X.CANNOT_TITLE}”: MAT {run_numbers(cannot.steps).mat:.2f}"),
+                               viewport)
+            curve = (cost_curve_figure_data(lm) if lm is not None else None) or find_cost_curve(win.steps)
+            if curve is None and win.cost_curve is not None:
+                curve = win.cost_curve.table(256)
+                hw = "the machine that recorded the example traces"
+            else:
+                hw = f"this machine: {lm.device}" if lm is not None else ""
             if curve is None:
                 # Reference measurement (DESIGN §4: SmolLM2-135M float32 on 2 CPU cores), clearly labelled.
                 curve = {"sizes": [1, 8, 16, 32, 64], "ms": [41, 59, 70, 95, 147]}
-                cost = cost_figure(curve, width=PLOT_WIDTH, hardware="reference: 2 CPU cores, float32, SmolLM2-135M "
-                                   "(run the Benchmark to measure this machine)")
-            else:
-                cost = cost_figure(curve, width=PLOT_WIDTH, hardware=f"this machine: {lm.device}")
-            cost = fluid(cost, viewport)
-            return (intro, tree.sentence, tree.tree, auto.sentence, auto.automaton, rows.sentence, rows.rows,
-                    src_fig, cost)
+                hw = "reference: 2 CPU cores, float32, SmolLM2-135M (run the Benchmark to measure this machine)"
+            cost = fluid(cost_figure(curve, width=PLOT_WIDTH, hardware=hw), viewport)
+            limits = (f"On these two runs: “{X.WIN_TITLE}” committed **{run_numbers(win.steps).mat:.2f}** tokens per "
+                      f"forward pass, “{X.CANNOT_TITLE}” **{run_numbers(cannot.steps).mat:.2f}**.")
+            return (intro, tree.sentence, tree.tree, *stages, src_win, src_cannot, cost, limits)
         except Exception as e:  # noqa: BLE001
             log.error("explainer failed: %s", traceback.format_exc())
-            msg = f"The preset run could not be made: {e.__class__.__name__}: {e}"
-            return (msg,) + (gr.skip(),) * 8
+            msg = f"The preset runs could not be made: {e.__class__.__name__}: {e}"
+            return (msg,) + (gr.skip(),) * (n_out - 1)
+
+    def explainer_preset(self) -> tuple[X.Preset, Any]:
+        """The walk's preset runs: made with the loaded default model, else the shipped traces."""
+        lm = self.store.peek("default")
+        if lm is not None:
+            return self.preset(lm), lm
+        preset = X.get_preset("shipped")
+        if preset is None:
+            by_title = {t.split(" (")[0]: p for t, p in tracefile.shipped()}
+            traces = []
+            for title in (X.WIN_TITLE, X.CANNOT_TITLE):
+                if title not in by_title:
+                    raise UserError(f"the example trace “{title}” is missing from assets/traces")
+                tr = tracefile.load(by_title[title])
+                tr.origin, tr.source = "shipped", "preset"
+                traces.append(tr)
+            a, b = X.pick_steps(traces[0].steps)
+            preset = X.Preset(traces[0], traces[1], a, b, live=False)
+            X.put_preset("shipped", preset)
+        return preset, None
 
     def preset(self, lm: Any) -> X.Preset:
         """The preset run for `lm`, made once per process (a second caller waits for the first)."""
@@ -841,27 +926,40 @@ class Studio:
         threading.Thread(target=work, name="racer-warm-up", daemon=True).start()
 
     def _run_preset(self, lm: Any) -> X.Preset:
-        ex = next((e for e in load_examples() if e["title"] == X.PRESET_TITLE), None)
-        prompt = ex["prompt"] if ex else "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."
-        ids = build_input_ids(lm.tokenizer, prompt, system=(ex or {}).get("system") or None)
+        """Both preset runs, with this server's default settings (the same sizing as a race)."""
+        examples = {e["title"]: e for e in load_examples()}
         n = X.PRESET_TOKENS_GPU if lm.device.type == "cuda" else X.PRESET_TOKENS_CPU
-        cap = 64 if lm.device.type == "cuda" else 24
-        run = DecodeRun(lm, ids, make_drafter("racer", vocab_size=lm.vocab_size),
-                        DecodeConfig(max_new_tokens=n, capacity=cap, detail=True, time_limit_s=self.limits.time_limit_s))
-        steps = list(run)
-        trace = self.trace_from(lm, steps, ids, "preset", X.PRESET_TITLE, self.defaults, run.result.stop_reason)
-        a, b, c = X.pick_steps(steps)
-        return X.Preset(trace, a, b, c)
+        s = self.defaults
+        traces = []
+        for title in (X.WIN_TITLE, X.CANNOT_TITLE):
+            ex = examples.get(title) or {"prompt": "Repeat this sentence twice: the quick brown fox jumps over the "
+                                                   "lazy dog."}
+            ids = build_input_ids(lm.tokenizer, ex["prompt"], system=ex.get("system") or None)
+            sizer = make_sizer(lm) if uses_auto(s) else None
+            run = DecodeRun(lm, ids, make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s)),
+                            DecodeConfig(max_new_tokens=n, capacity=capacity_value(s), detail=True,
+                                         time_limit_s=self.limits.time_limit_s), sizer=sizer)
+            steps = list(run)
+            traces.append(self.trace_from(lm, steps, ids, "preset", title, s, run.result.stop_reason,
+                                          [Turn(run.start, steps)], run.sizer))
+        a, b = X.pick_steps(traces[0].steps)
+        return X.Preset(traces[0], traces[1], a, b)
 
     def explainer_to_inspector(self, sess: Session | None) -> Any:
         """Load the preset run into this session's inspector."""
-        lm = self.store.peek()
-        preset = X.get_preset(lm.name) if lm is not None else None
+        lm = self.store.peek("default")
+        preset = X.get_preset(lm.name) if lm is not None else X.get_preset("shipped")
         if not isinstance(sess, Session) or preset is None:
             gr.Warning("The preset run is not ready yet.")
             return gr.skip(), gr.skip()
         sess.trace = preset.trace
+        sess.anatomy = None
         return sess, gr.Tabs(selected="inspector")
+
+
+def friendly_model_name(name: str) -> str:
+    """A model's name without its file's quantisation suffix (e.g. ".Q4_1")."""
+    return re.sub(r"[.-](Q\d\w*|q\d\w*|gguf)$", "", str(name))
 
 
 def bench_methods(methods: Any, notes: list[str]) -> list[str]:

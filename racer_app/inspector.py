@@ -13,7 +13,20 @@ from visuals import automaton_figure, cost_figure, draft_tree_figure
 from .format import current_step_spans, rows_html, step_sentence
 from .session import Trace
 
+#: Tree and automaton figures are laid out in pixels, at most this wide.
 FIG_WIDTH = 860
+
+
+def fig_width(viewport: Any) -> int:
+    """Pixel width for the tree and automaton figures given the browser's viewport width (the
+    page sends it on load); narrow screens get narrower figures rather than clipped ones."""
+    try:
+        vw = int(float(viewport))
+    except (TypeError, ValueError):
+        return FIG_WIDTH
+    if vw <= 0:
+        return FIG_WIDTH
+    return max(300, min(FIG_WIDTH, vw - 56))
 log = logging.getLogger("racer_app")
 
 
@@ -29,18 +42,30 @@ class StepView:
 
 
 def step_cost_data(trace: Trace, step: Any) -> dict[str, Any] | None:
-    """`visuals.cost_figure` input for a step sized automatically: the forward cost t(T) at
-    this step's context, the expected tokens per step E(T) the sizer saw, the chosen T."""
+    """`visuals.cost_figure` input for a step sized automatically: exactly what the sizer weighed,
+    from the step record (the forward ms it assumed per tree size T, the expected tokens per
+    step E(T) and the expected tokens per second with the step's overhead), so the figure's E
+    at the chosen T is the sentence's "expecting E tokens"."""
     info = getattr(step, "info", None) or {}
-    rates = info.get("rates")          # expected tokens/s for T = 1, 2, ... (from racer.sizing)
-    curve = trace.cost_curve
-    if not rates or info.get("chosen_T") is None or curve is None:
+    rates = info.get("rates")          # expected tokens per ms for T = 1, 2, ... (racer.sizing)
+    if not rates or info.get("chosen_T") is None:
         return None
     n = len(rates)
-    sizes = sorted(set([1, n] + list(range(2, n + 1, max(1, n // 24)))))
-    ms = [float(curve.t(t, step.context_len)) for t in sizes]
-    expected = [float(rates[t - 1]) * m / 1e3 for t, m in zip(sizes, ms)]
-    return {"sizes": sizes, "ms": ms, "expected_tokens": expected, "chosen_T": int(info["chosen_T"])}
+    chosen = int(info["chosen_T"])
+    sizes = sorted(set([1, n] + list(range(2, n + 1, max(1, n // 24))) + ([chosen] if chosen <= n else [])))
+    exp_all, cost_all = info.get("expected_by_size"), info.get("cost_ms")
+    if exp_all and cost_all and len(exp_all) >= n and len(cost_all) >= n:
+        ms = [float(cost_all[t - 1]) for t in sizes]
+        expected = [float(exp_all[t - 1]) for t in sizes]
+    else:
+        # A trace recorded before the sizer kept these: the curve, and E back from the rates.
+        curve = trace.cost_curve
+        if curve is None:
+            return None
+        ms = [float(curve.t(t, step.context_len)) for t in sizes]
+        expected = [float(rates[t - 1]) * m / 1e3 for t, m in zip(sizes, ms)]
+    return {"sizes": sizes, "ms": ms, "expected_tokens": expected,
+            "tokens_per_s": [float(rates[t - 1]) * 1e3 for t in sizes], "chosen_T": int(info["chosen_T"])}
 
 
 def fluid(fig: go.Figure, viewport: Any = None) -> go.Figure:

@@ -11,8 +11,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from racer.drafters import make_drafter
 from racer.drafters.base import Drafter
 from racer.records import StepRecord
+from racer.replay import Replay, Turn
+from racer.sizing import Sizer
 
 from .jobs import QUEUED, Job
 from .memsize import deep_size
@@ -37,6 +40,14 @@ class Trace:
     summary: dict[str, Any] = field(default_factory=dict)
     #: The hardware cost curve the run was sized with (racer.costcurve.CostCurve), if any.
     cost_curve: Any = None
+    #: What replays the run without the model (racer.replay): every decode of the drafter's
+    #: life (a chat's earlier turns too; `steps` are the last one's), the drafter it was made
+    #: with ({"method", "options", "vocab_size"}) and the sizer's settings (None: fixed capacity).
+    turns: list[Turn] | None = None
+    drafter: dict[str, Any] | None = None
+    sizer: dict[str, Any] | None = None
+    #: Where the trace came from when it was not recorded in this server ("file", "shipped").
+    origin: str = ""
     _spans: Any = field(default=None, repr=False)
 
     @property
@@ -46,6 +57,25 @@ class Trace:
     @property
     def truncated(self) -> bool:
         return self.detail_steps < self.n
+
+    @property
+    def greedy(self) -> bool:
+        return float(self.settings.get("temperature", 0.0) or 0.0) <= 0.0
+
+    def replay(self) -> Replay | None:
+        """A replay of this run (None when it was not recorded with its replay data)."""
+        if not self.turns or self.drafter is None:
+            return None
+        d = self.drafter
+        make = lambda: make_drafter(d["method"], vocab_size=int(d.get("vocab_size") or 1),  # noqa: E731
+                                    **dict(d.get("options") or {}))
+        sizer = None
+        if self.sizer is not None:
+            if self.cost_curve is None:
+                return None
+            curve, cfg = self.cost_curve, dict(self.sizer)
+            sizer = lambda: Sizer(curve, **cfg)  # noqa: E731
+        return Replay(self.turns, make, sizer)
 
     def spans(self) -> tuple[list[tuple[str, str | None]], list[int]]:
         """Coloured spans of the generated text and the step of each span (computed once)."""
@@ -86,6 +116,10 @@ class Session:
         self.chat_sizer: Any = None                  # its tree sizer (capacity auto)
         self.chat_messages: list[dict[str, str]] = []
         self.chat_fed: list[int] = []                # tokens the chat drafter has seen
+        self.chat_turns_log: list[Turn] = []         # every decode of the chat drafter (to replay it)
+        #: The inspector's last anatomy: (trace id, step, data), so moving between stages
+        #: does not replay the run again.
+        self.anatomy: tuple[int, int, Any] | None = None
         self.chat_traces: int = 0
         self.created = time.time()
         self.closed = False
@@ -120,6 +154,7 @@ class Session:
         self.chat_key = None
         self.chat_messages = []
         self.chat_fed = []
+        self.chat_turns_log = []
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -145,7 +180,7 @@ class Session:
 
     def _own_data(self) -> list[Any]:
         return [self.trace, self.race_summary, self.bench_summary, self.bench_files, self.chat_drafter,
-                self.chat_sizer, self.chat_messages, self.chat_fed]
+                self.chat_sizer, self.chat_messages, self.chat_fed, self.chat_turns_log, self.anatomy]
 
     def size_bytes(self) -> int:
         """Memory this session alone keeps (the model, tokenizer and cost curve are shared)."""
@@ -168,6 +203,12 @@ class Session:
             notes.append("the chat's automaton was dropped (this server's memory limit per visitor); the next "
                          "message starts a fresh one")
             size = self.size_bytes()
+        if size > max_bytes and tr is not None and tr.turns:
+            tr.turns = None
+            self.anatomy = None
+            notes.append("the run's replay data was dropped (this server's memory limit per visitor): the anatomy "
+                         "and what-if views are off for it")
+            size = self.size_bytes()
         if size > max_bytes and self.trace is not None:
             self.trace = None
             notes.append("the run was not kept for the inspector (this server's memory limit per visitor)")
@@ -179,6 +220,7 @@ class Session:
         if self.job is not None and self.job.live:
             self.job.stop.set()
         self.trace = None
+        self.anatomy = None
         self.race_summary = self.bench_summary = None
         self.bench_files = []
         self.reset_chat()

@@ -4,7 +4,8 @@
   committed 1, 2, 3, ... tokens (root + accepted drafts), one bar group per method; the mean
   is the MAT. Plain decoding is always 1.
 * `acceptance_by_source(steps)`: per step, the committed tokens stacked by where they came
-  from (the model's root token, retrieval, logits, both), in the shared colour code.
+  from (the model's root token, retrieval, logits, both, and prompt lookup or the template
+  where the drafter adds them), in the shared colour code.
 """
 from __future__ import annotations
 
@@ -47,11 +48,13 @@ def acceptance_histogram(lengths: dict[str, Sequence[int]], *, width: int = 900,
 
 def acceptance_by_source(steps: Sequence[Any], *, width: int = 900, height: int = 420,
                          title: str = "Where each step's committed tokens came from") -> go.Figure:
+    # Every step record, numbered from 1 as the inspector's slider numbers them (the last record
+    # may commit the final token without a forward pass: it is a step, and its token counts).
     per = []
+    forwards = 1
     for k, s in enumerate(steps):
-        if not get(s, "forwarded", True) and len(get(s, "committed", []) or []) <= 1:
-            continue
-        per.append((get(s, "index", k), Counter(token_sources(s))))
+        forwards += 1 if get(s, "forwarded", True) else 0
+        per.append((get(s, "index", k) + 1, Counter(token_sources(s))))
     present = [src for src in C.SOURCE_COLORS if any(c.get(src) for _, c in per)]
     order = [s for s in C.CORE_SOURCES if s in present or s in ("root",)] + \
         [s for s in present if s not in C.CORE_SOURCES]
@@ -63,15 +66,16 @@ def acceptance_by_source(steps: Sequence[Any], *, width: int = 900, height: int 
                              marker=dict(color=C.source_color(src), line=dict(width=0)),
                              hovertemplate=f"step %{{x}}: %{{y}} {src}<extra></extra>",
                              meta={"role": "source", "key": src}))
-    for src in C.CORE_SOURCES:   # keep the whole colour code in the legend
+    infos = [get(s, "info", None) or {} for s in steps]
+    for src in C.legend_sources(present, infos):   # keep the whole colour code in the legend
         if src not in order:
             fig.add_trace(C.legend_traces([src], accepted=False, rejected=False)[0])
     total = sum(sum(c.values()) for _, c in per)
     drafts = total - len(per)
     share = {s: sum(c.get(s, 0) for _, c in per) for s in order if s != "root"}
     parts = ", ".join(f"{v} {k}" for k, v in share.items() if v)
-    sub = (f"{len(per)} steps, {total} tokens: {len(per)} from the model itself + {drafts} accepted drafts"
-           + (f" ({parts})" if parts else ""))
+    sub = (f"{total} tokens in {forwards} forward passes (the prompt's included), {len(per)} steps: "
+           f"{len(per)} from the model itself + {drafts} accepted drafts" + (f" ({parts})" if parts else ""))
     names = [t.name for t in fig.data]
     fig.update_layout(**C.base_layout(title, sub, legend_names=names, width=width, height=height,
                                       barmode="stack", bargap=0.15))

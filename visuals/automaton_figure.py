@@ -7,10 +7,13 @@ draws a neighbourhood of 20–40 nodes, never the whole trie:
 * failure links (dashed, curved, with arrowheads): from a node to the longest proper suffix
   of its string that is also in the trie (links to the root are left out: every node has one);
 * the match state (black frame): the deepest node whose string ends the context;
-* the borders (blue frame): the state and its failure chain at depth >= 2; what grew under
-  them before is what the retrieval tree proposes;
-* node colour: LRU age (steps since the node was last touched) on a fixed logarithmic scale
-  with a colour bar, so colours mean the same thing at every step; old leaves are evicted first;
+* the borders (retrieval-blue frame): the state and its failure chain at depth >= 2; what grew
+  under them before is what the retrieval tree proposes;
+* node colour: LRU age (steps since the node was last used) on a fixed logarithmic grey scale
+  with a colour bar, so greys mean the same thing at every step: dark = used just now, pale =
+  not used for long. Old leaves are evicted first, so the pale ones are the next to go. Grey has
+  no hue, so an age never reads as a draft source (`racer.palette`); labels are black or white,
+  whichever reads better on their grey;
 * the nodes evicted in this step are listed under the plot, and the caption gives the
   automaton's size against its capacity.
 """
@@ -20,7 +23,6 @@ import math
 from typing import Any, Callable
 
 import plotly.graph_objects as go
-from plotly.colors import get_colorscale, sample_colorscale
 
 from . import colors as C
 from .tokens import esc, esc_hover, string_label, token_label
@@ -180,10 +182,9 @@ def automaton_figure(snapshot: dict[str, Any], decode: Callable[[int], str] = st
                       max_label_nodes=max(64, len(ids)), texts=texts)
     # One box per node (label_boxes skips unlabelled nodes, which happens on narrow screens).
     boxes = [(x - w / 2, y - h / 2, x + w / 2, y + h / 2) for x, y, w, h in zip(lay.cx, lay.cy, lay.w, lay.h)]
-    cs = get_colorscale(C.AGE_COLORSCALE)
     vmax = age_value(AGE_MAX)
     ages = [node_age(nodes[v], step) for v in ids]
-    fills = sample_colorscale(cs, [age_value(a) / vmax for a in ages])
+    fills = [C.age_color(age_value(a) / vmax) for a in ages]
     fig = C.TraceList()
 
     # trie edges
@@ -239,7 +240,7 @@ def automaton_figure(snapshot: dict[str, Any], decode: Callable[[int], str] = st
         hover.append(
             f"<b>«{esc_hover(string_label(decode, path_tokens(v)))}»</b><br>token: {esc_hover(texts[i])} (id {n.get('token')})"
             f"<br>depth: {n.get('depth', depths[i])}<br>frequency: {n.get('freq', 0)}"
-            f"<br>LRU age: {ages[i]:g} steps (last touched at step {n.get('last_touch', '—')})"
+            f"<br>LRU age: last used {ages[i]:g} steps ago (at step {n.get('last_touch', '—')})"
             f"<br>failure link → {fail_txt}" + (f"<br>flags: {', '.join(flags)}" if flags else "")
             + f"<extra>node {v}</extra>")
     fig.add_trace(go.Scatter(
@@ -269,7 +270,8 @@ def automaton_figure(snapshot: dict[str, Any], decode: Callable[[int], str] = st
                                          width=3 if v == state else 2.5), fillcolor="rgba(0,0,0,0)", layer="above"))
     annotations += arrows
     annotations.append(dict(xref="paper", yref="paper", x=1.01, y=0.80, xanchor="left", yanchor="bottom",
-                            showarrow=False, align="left", text="LRU age<br>(steps since<br>last touch)",
+                            showarrow=False, align="left",
+                            text="LRU age: last<br>used N steps<br>ago (pale: next<br>to be recycled)",
                             font=dict(size=12)))
 
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="match state (deepest suffix of the context)",

@@ -1,85 +1,58 @@
-"""The one colour code of RACER Studio, and the legend that explains it.
+"""The one colour code of RACER Studio in plotly terms, and the legend that explains it.
 
-Every figure and the coloured text use these colours, so a reader learns them once:
+Every colour comes from `racer.palette` (the command line uses the same one); this module only
+adds what figures need on top: line widths, the age scale in plotly's format, legend traces and
+the shared layout. Meanings:
 
-* **root**      — the token the model itself fixed (always accepted).
-* **retrieval** — proposed by the Aho–Corasick automaton ("seen before in the context").
-* **logits**    — proposed by the copy-logit table ("what the model predicted last time").
-* **both**      — proposed by both signals (their paths merged in the tree).
-* **accepted**  — the path the model agreed with (drawn thick and dark).
+* **root**      — the token the model itself fixed (always accepted): grey.
+* **retrieval** — proposed by the Aho–Corasick automaton ("seen before in the context"): blue.
+* **logits**    — proposed by the copy-logit table ("what the model predicted last time"): orange.
+* **both**      — proposed by both signals (their paths merged in the tree): bluish green.
+* **lookup**    — prompt lookup, copied from the latest earlier occurrence: reddish purple.
+* **template**  — Token Recycling's fixed template tree: yellow.
+* **accepted**  — the path the model agreed with (drawn thick and black).
 * **rejected**  — everything else in the tree (faded).
 
 The hues are from the Okabe–Ito palette, which stays distinguishable under the common
 colour-vision deficiencies; the accepted path is black and thick, so it never depends on hue.
+The automaton's LRU age is a grey scale (dark = just used, pale = next to be recycled), so it
+never reads as a source.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
+from racer import palette as P
+
 #: Node/token colour by source (keys = `racer.tree.SOURCES`).
-SOURCE_COLORS: dict[str, str] = {
-    "root": "#6B6B6B",       # neutral grey: the model's own token
-    "retrieval": "#0072B2",  # blue
-    "logits": "#E69F00",     # orange
-    "both": "#009E73",       # bluish green
-    "template": "#CC79A7",   # reddish purple (Token Recycling's static template tree)
-    "lookup": "#56B4E9",     # sky blue (prompt lookup)
-}
+SOURCE_COLORS: dict[str, str] = dict(P.SOURCE_COLORS)
 #: Human-readable names for the legend and for coloured text.
-SOURCE_NAMES: dict[str, str] = {
-    "root": "root (model's token)",
-    "retrieval": "retrieval (seen before)",
-    "logits": "logits (copy-logit)",
-    "both": "both signals",
-    "template": "template tree",
-    "lookup": "prompt lookup",
-}
-#: The four sources RACER itself produces: always shown in legends so the code is stable.
+SOURCE_NAMES: dict[str, str] = dict(P.SOURCE_NAMES)
+#: The four sources RACER's paper drafter produces: always shown in legends so the code is stable.
 CORE_SOURCES = ("root", "retrieval", "logits", "both")
 
-ACCEPTED_COLOR = "#000000"   # accepted path: black, thick
-REJECTED_COLOR = "#BDBDBD"   # rejected branches: faded grey
+ACCEPTED_COLOR = P.ACCEPTED_COLOR   # accepted path: black, thick
+REJECTED_COLOR = P.REJECTED_COLOR   # rejected branches: faded grey
 ACCEPTED_WIDTH = 4.0
 REJECTED_WIDTH = 1.3
 
 #: Automaton figure.
-TRIE_EDGE_COLOR = "#8C8C8C"
-FAIL_LINK_COLOR = "#D55E00"  # vermillion, dashed
-STATE_COLOR = "#000000"
-BORDER_COLOR = "#0072B2"     # borders feed the retrieval tree: retrieval blue
-#: LRU age colour scale (fresh = light yellow, old = dark purple); fixed across steps.
-AGE_COLORSCALE = "Viridis_r"
+TRIE_EDGE_COLOR = P.TRIE_EDGE_COLOR
+FAIL_LINK_COLOR = P.FAIL_LINK_COLOR  # dashed
+STATE_COLOR = P.STATE_COLOR
+BORDER_COLOR = P.BORDER_COLOR        # borders feed the retrieval tree: retrieval blue
+#: LRU age colour scale (fresh = dark grey, old = pale grey); fixed across steps.
+AGE_COLORSCALE: list[list[Any]] = P.age_colorscale()
+age_color = P.age_color
 
-#: Decode methods (race, acceptance, latency, benchmark figures).
-METHOD_COLORS: dict[str, str] = {
-    "racer": "#D55E00",            # vermillion: the method this app is about
-    "token_recycling": "#CC79A7",  # reddish purple
-    "ar": "#6B6B6B",               # grey: the plain baseline
-    "lookup": "#56B4E9",           # sky blue
-    "racer_retrieval": "#0072B2",  # ablations keep their signal's colour
-    "racer_logits": "#E69F00",
-}
-_METHOD_ALIASES = {
-    "greedy": "ar", "autoregressive": "ar", "plain": "ar", "baseline": "ar",
-    "tr": "token_recycling", "token-recycling": "token_recycling", "recycling": "token_recycling",
-    "prompt_lookup": "lookup", "pld": "lookup", "prompt-lookup": "lookup",
-    "racer-no-logits": "racer_retrieval", "racer_no_logits": "racer_retrieval",
-    "racer-no-retrieval": "racer_logits", "racer_no_retrieval": "racer_logits",
-}
-_EXTRA_METHOD_COLORS = ("#009E73", "#000000", "#F0E442", "#882255", "#44AA99", "#999933")
+#: Decode methods (race, acceptance, latency, benchmark figures), by racer's method names.
+METHOD_COLORS: dict[str, str] = dict(P.METHOD_COLORS)
 
 #: Latency phases (stack order = the order a step runs in).
 PHASES = ("draft", "forward", "verify", "cache", "update", "sizing")
-PHASE_COLORS: dict[str, str] = {
-    "draft": "#D55E00",
-    "forward": "#404040",
-    "verify": "#56B4E9",
-    "cache": "#A6A6A6",
-    "update": "#CC79A7",
-    "sizing": "#F0E442",
-}
+PHASE_COLORS: dict[str, str] = dict(P.PHASE_COLORS)
 PHASE_NAMES: dict[str, str] = {
     "draft": "draft (build the tree)",
     "forward": "forward (model verifies the tree)",
@@ -100,25 +73,35 @@ def source_color(source: str) -> str:
     return SOURCE_COLORS.get(source, "#999999")
 
 
-def method_key(method: str) -> str:
-    m = str(method).strip().lower().replace(" ", "_")
-    return _METHOD_ALIASES.get(m, m)
-
-
-def method_color(method: str, index: int = 0) -> str:
-    """Colour of a decode method; unknown methods get a stable extra colour by `index`."""
-    return METHOD_COLORS.get(method_key(method), _EXTRA_METHOD_COLORS[index % len(_EXTRA_METHOD_COLORS)])
+method_key = P.method_key
+method_color = P.method_color
+text_color_on = P.text_color_on
 
 
 def method_colors(methods: Iterable[str]) -> dict[str, str]:
+    """Colour of each method; the unknown ones take the extra colours in turn."""
     out, extra = {}, 0
     for m in methods:
         if method_key(m) in METHOD_COLORS:
             out[m] = METHOD_COLORS[method_key(m)]
         else:
-            out[m] = _EXTRA_METHOD_COLORS[extra % len(_EXTRA_METHOD_COLORS)]
+            out[m] = P.EXTRA_COLORS[extra % len(P.EXTRA_COLORS)]
             extra += 1
     return out
+
+
+def legend_sources(present: Iterable[str], infos: Iterable[dict] = ()) -> list[str]:
+    """Sources a legend lists: CORE_SOURCES, then lookup and template when the picture can hold them.
+    The drafters say so in their step info (RACER reports its prompt-lookup chain, "chain_len";
+    Token Recycling its "template_nodes"), so the legend lists them at every step of such a run,
+    not only at the steps that kept such a node, and stays put while stepping."""
+    present = set(present)
+    for info in infos:
+        if "chain_len" in (info or {}):
+            present.add("lookup")
+        if "template_nodes" in (info or {}):
+            present.add("template")
+    return list(CORE_SOURCES) + [s for s in ("lookup", "template") if s in present]
 
 
 def tint(color: str, alpha: float) -> str:
@@ -131,17 +114,6 @@ def tint(color: str, alpha: float) -> str:
 def rgba(color: str, alpha: float) -> str:
     r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
-
-
-def text_color_on(color: str) -> str:
-    """Black or white, whichever reads better on `color` (#rrggbb or rgb(...))."""
-    if color.startswith("#"):
-        r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
-    else:
-        r, g, b = (float(v) for v in color[color.index("(") + 1:color.index(")")].split(",")[:3])
-    lin = [((c / 255) / 12.92) if c / 255 <= 0.04045 else (((c / 255) + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
-    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
-    return "#000000" if lum > 0.22 else "#FFFFFF"
 
 
 def highlight_color_map(sources: Iterable[str] = CORE_SOURCES) -> dict[str, str]:

@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 
 from . import colors as C
 
-MS_COLOR = "#404040"
-TPS_COLOR = "#D55E00"
+MS_COLOR = C.PHASE_COLORS["forward"]    # the cost of the verify forward
+TPS_COLOR = C.METHOD_COLORS["racer"]    # what RACER's tree size earns
 
 
 def cost_figure(curve: dict[str, Any], *, width: int = 900, height: int = 460, hardware: str | None = None,

@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 
 from . import colors as C
 
-_NAMES = {"ar": "plain autoregressive", "racer": "RACER", "token_recycling": "Token Recycling",
-          "lookup": "prompt lookup"}
+#: By racer.palette's method keys (so "tr", "token_recycling" and "Token Recycling" are one).
+_NAMES = {"ar": "plain autoregressive", "racer": "RACER", "tr": "Token Recycling", "pld": "prompt lookup"}
 
 
 def method_name(method: str) -> str:

@@ -89,6 +89,8 @@ def step_record(capacity: int = 64, index: int = 7, seed: int = 0) -> StepRecord
                                        {"node": 3, "depth": 2, "tokens": [_tok(" the"), root_tok()]}],
         "n_retrieval": tree.sources.count("retrieval"), "n_logits": tree.sources.count("logits"),
         "n_both": tree.sources.count("both"), "capacity": capacity, "accepted_by_source": by_src,
+        # as the default RACER drafter reports its prompt-lookup chain (none in this sample step)
+        "n_lookup": tree.sources.count("lookup"), "chain_len": 0,
         "evicted": [], "automaton_size": 412,
     }
     return StepRecord(index=index, root=tree.tokens[0], tree=tree, accepted=path, committed=committed,
@@ -322,3 +324,9 @@ def benchmark_summary() -> dict[str, Any]:
         overall = {k: round(sum(v[k] for v in catd.values()) / len(catd), 3) for k in ("mat", "tokens_per_s", "speedup_vs_ar")}
         methods[m] = {"overall": overall, "categories": catd}
     return {"methods": methods, "hardware": "2 CPU cores", "model": "SmolLM2-135M-Instruct"}
+
+
+def word(token: int) -> str:
+    """Sample text for any token id (the tiny random model's ids, in the anatomy gallery): the
+    ids wrap around VOCAB, so labels have the widths and whitespace of real text."""
+    return VOCAB[int(token) % len(VOCAB)] if int(token) >= 0 else "<none>"

@@ -2,10 +2,11 @@
 
 `text_spans(steps, decode)` returns `(spans, step_of)`: `spans` is a list of `(text, label)`
 tuples that a `gr.HighlightedText` shows directly (label one of "root", "retrieval",
-"logits", "both" — or "template"/"lookup" for the baselines — and None for uncoloured text such
-as the prompt); `step_of[i]` is the step index that produced `spans[i]` (-1 for the prompt).
-Adjacent tokens of one step with the same label are merged into one span, never across steps,
-so step boundaries stay recoverable. Use `colors.highlight_color_map()` as the `color_map`.
+"logits", "both", "lookup" — prompt lookup, RACER's chain included — or "template" for Token
+Recycling, and None for uncoloured text such as the prompt); `step_of[i]` is the step index
+that produced `spans[i]` (-1 for the prompt). Adjacent tokens of one step with the same label
+are merged into one span, never across steps, so step boundaries stay recoverable. Use
+`colors.highlight_color_map(sources)` as the `color_map` (its colours are racer.palette's).
 
 Per-token decoding splits multi-byte characters; pass `decode_many` (ids -> text, e.g.
 `tokenizer.decode`) to decode each token in the context of its predecessors instead.

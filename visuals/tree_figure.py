@@ -1,7 +1,9 @@
 """Figure 1: the draft tree of one step.
 
-Every candidate token is a box coloured by where it came from (retrieval, logits, both); the
-path the model agreed with is drawn thick and dark, the rejected branches are faded, and the
+Every candidate token is a box coloured by where it came from (retrieval, logits, both, and
+prompt lookup or Token Recycling's template where the drafter adds them; the legend lists every
+source the step's drafter can add, see `colors.legend_sources`); the path the model agreed
+with is drawn thick and dark, the rejected branches are faded, and the
 token the model fixed after the last accepted node (the next step's root) hangs off the end as
 a dotted "next" box. Labels show token text with whitespace made visible; hover shows the
 rest (token id, source, rank, depth, breadth, retrieval frequency, accepted or not).
@@ -15,7 +17,7 @@ nodes are dots with hover.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import plotly.graph_objects as go
 
@@ -72,10 +74,17 @@ def label_boxes(layout: TreeLayout) -> list[tuple[float, float, float, float]]:
 def tree_layout(tokens: list[int], parents: list[int], depths: list[int], accepted: list[int],
                 decode: Callable[[int], str] = str, *, next_root: int | None = None,
                 width: int = 900, margin_lr: float = 40.0, orientation: str = "auto",
-                max_label_nodes: int = 64, texts: list[str] | None = None) -> TreeLayout:
+                max_label_nodes: int = 64, texts: list[str] | None = None,
+                labelled: Iterable[int] | None = None,
+                box: Callable[[int, str, int], tuple[float, float]] | None = None,
+                min_pitch: float = 44.0) -> TreeLayout:
     """Place the tree's boxes in pixels for a figure `width` px wide (see module doc).
 
-    `texts` overrides the visible node texts (default: `decode` of each token)."""
+    `texts` overrides the visible node texts (default: `decode` of each token). `labelled`:
+    the nodes that keep a label when the tree is too big to label every node (default: the
+    accepted path and the next root). `box(i, label, font)`: the pixel size of node i's box
+    holding `label` (default `box_size`), for callers that put more than the label in a box.
+    `min_pitch`: the least distance between depths, top-down (taller boxes need more)."""
     n = len(tokens)
     parents, depths = list(parents), list(depths)
     full = list(texts) if texts is not None else [token_label(decode, t) for t in tokens]
@@ -86,11 +95,13 @@ def tree_layout(tokens: list[int], parents: list[int], depths: list[int], accept
     m = len(full)
     avail = width - margin_lr
     acc = set(accepted) | ({n} if m > n else set())
+    shown = acc if labelled is None else set(labelled)
     compact = n > max_label_nodes
+    size_of = box or (lambda i, lab, font: box_size(lab, font))
 
     def attempt(orient: str, font: int, maxc: int, gap_tb: float = _GAP_TB) -> TreeLayout | None:
-        labels = [truncate(full[i], maxc) if (not compact or i in acc) else None for i in range(m)]
-        sizes = [box_size(lab, font) if lab is not None else (_DOT, _DOT) for lab in labels]
+        labels = [truncate(full[i], maxc) if (not compact or i in shown) else None for i in range(m)]
+        sizes = [size_of(i, lab, font) if lab is not None else (_DOT, _DOT) for i, lab in enumerate(labels)]
         lay = TreeLayout(orient, compact, font, maxc, labels, full, parents, depths, has_next=m > n)
         lay.w = [s[0] for s in sizes]
         lay.h = [s[1] for s in sizes]
@@ -102,7 +113,7 @@ def tree_layout(tokens: list[int], parents: list[int], depths: list[int], accept
                 return None
             scale = min(1.0, avail / extent) if extent > 0 else 1.0
             maxd = max(depths)
-            pitch = max(44.0, min(66.0, 640.0 / max(1, maxd)))
+            pitch = max(min_pitch, min(66.0, 640.0 / max(1, maxd)))
             lay.cx = [x * scale for x in b]
             lay.cy = [-d * pitch for d in depths]
         else:
@@ -288,7 +299,7 @@ def draft_tree_figure(step: Any, decode: Callable[[int], str] = str, *, width: i
             bgcolor=bg, bordercolor=border, borderwidth=_BORDER, borderpad=_PAD,
             xanchor="center", yanchor="middle", captureevents=False))
 
-    for t in C.legend_traces(_legend_sources(f["sources"])):
+    for t in C.legend_traces(C.legend_sources(f["sources"], [info_of(step)])):
         fig.add_trace(t)
     if lay.has_next:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="next root (model's own token)",
@@ -301,7 +312,7 @@ def draft_tree_figure(step: Any, decode: Callable[[int], str] = str, *, width: i
         by_src[f["sources"][a]] = by_src.get(f["sources"][a], 0) + 1
     src_txt = ", ".join(f"{v} {k}" for k, v in by_src.items()) or "none"
     idx = get(step, "index", 0)
-    head = title or f"Draft tree · step {idx}"
+    head = title or f"Draft tree · step {idx + 1}"
     sub = (f"{n} candidate tokens checked in one forward pass · accepted {n_acc} draft token"
            f"{'s' if n_acc != 1 else ''} ({src_txt}) + root = {n_acc + 1} committed")
     if lay.compact:
@@ -326,8 +337,3 @@ def draft_tree_figure(step: Any, decode: Callable[[int], str] = str, *, width: i
                            xaxis=dict(visible=False, range=list(lay.x_range)),
                            yaxis=dict(visible=False, range=list(lay.y_range)))
     return fig.figure(layout)
-
-
-def _legend_sources(sources: list[str]) -> list[str]:
-    extra = [s for s in ("template", "lookup") if s in sources]
-    return list(C.CORE_SOURCES) + extra

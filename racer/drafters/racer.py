@@ -34,12 +34,13 @@ acceptance like any other source's. "racer-nochain" is the paper's drafter witho
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 
-from ..automaton import Automaton
+from ..automaton import Automaton, Continuations
 from ..copylogit import RULES, CopyLogitStore, Expansion, write_tree_rows
 from ..tree import DraftTree
 from .base import Drafter, Verified
@@ -48,6 +49,24 @@ from .pld import PLDDrafter
 MERGES = ("merge", "half", "hard")
 #: Most copy-logit rows listed in `tree.info["copy_rows"]` (pictures, not data).
 MAX_COPY_ROWS = 12
+
+
+@dataclass
+class Draft:
+    """One step's draft tree and the parts it was merged from (`RacerDrafter.draft`)."""
+    tree: DraftTree
+    #: The retrieval candidates from the borders' subtrees, and the tree node of each (-1: no room).
+    continuations: Continuations | None = None
+    placed: list[int] = field(default_factory=list)
+    #: The prompt-lookup chain's tokens below the root, how many of them went in (their nodes),
+    #: and the length of the n-gram it matched (0: none, -1: no chain asked for).
+    chain: list[int] = field(default_factory=list)
+    chain_nodes: list[int] = field(default_factory=list)
+    chain_match: int = -1
+    #: The copy-logit expansion, and the tree node of each of its nodes (-1: no room).
+    expansion: Expansion | None = None
+    logits_nodes: list[int] = field(default_factory=list)
+    breakdown: dict[str, float] = field(default_factory=dict)
 
 
 class RacerDrafter(Drafter):
@@ -103,61 +122,67 @@ class RacerDrafter(Drafter):
         if self.lookup is not None:
             self.lookup.start(context, new_from, topk)
 
-    def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
+    def draft(self, context: list[int], root: int, capacity: int) -> Draft:
+        """The draft tree of at most `capacity` nodes and the parts it was merged from (what
+        `propose` returns is its tree; the step inspector's anatomy shows the parts)."""
         tree = DraftTree.root_only(root)
         budget = max(0, int(capacity) - 1)
         both = self.retrieval and self.logits
         r_budget = budget // 2 if both and self.merge == "half" else budget
+        d = Draft(tree)
 
         t0 = perf_counter()
-        cont = None
-        placed: list[int] = []
         if self.retrieval and r_budget > 0:
-            cont = self.automaton.continuations(root, r_budget)
+            d.continuations = self.automaton.continuations(root, r_budget)
         t1 = perf_counter()
-        if cont is not None:
-            placed = self._insert_retrieval(tree, cont, 1 + r_budget)
-        n_chain = 0
+        if d.continuations is not None:
+            d.placed = self._insert_retrieval(tree, d.continuations, 1 + r_budget)
         if self.lookup is not None and budget > 0:
             chain = self.lookup.propose(context, root, 1 + budget)
+            d.chain_match = int(chain.info.get("match_len", 0))
+            d.chain = chain.tokens[1:]
             at = 0
-            for tok in chain.tokens[1:]:
+            for tok in d.chain:
                 if len(tree) > budget and tree.child(at, tok) < 0:
                     break  # full: the chain may only merge into what is there
                 at = tree.add(at, tok, "lookup", 0, lookup=1)
-                n_chain += 1
+                d.chain_nodes.append(at)
         t2 = perf_counter()
 
-        exp = None
-        inserted: list[int] = []
         if self.logits and budget > 0 and not (self.merge == "hard" and both and len(tree) > 1):
             l_budget = budget - r_budget if self.merge == "half" and both else budget
-            exp = self.store.expand(root, l_budget, self.breadth_rule)
+            d.expansion = self.store.expand(root, l_budget, self.breadth_rule)
             t3 = perf_counter()
-            inserted = self._insert_logits(tree, exp, int(capacity))
+            d.logits_nodes = self._insert_logits(tree, d.expansion, int(capacity))
         else:
             t3 = perf_counter()
         t4 = perf_counter()
+        d.breakdown = {"automaton_ms": (t1 - t0) * 1e3, "logits_ms": (t3 - t2) * 1e3,
+                       "merge_ms": ((t2 - t1) + (t4 - t3)) * 1e3}
+        return d
 
+    def propose(self, context: list[int], root: int, capacity: int) -> DraftTree:
+        d = self.draft(context, root, capacity)
+        tree, cont = d.tree, d.continuations
         counts = Counter(tree.sources[1:])
         info: dict[str, Any] = {
             "match_depth": int(cont.match_depth) if cont is not None else 0,
             "borders": self._borders(cont),
             "n_retrieval": counts["retrieval"], "n_logits": counts["logits"], "n_both": counts["both"],
-            "n_lookup": counts["lookup"], "chain_len": n_chain,
+            "n_lookup": counts["lookup"], "chain_len": len(d.chain_nodes),
             "capacity": int(capacity),
-            "draft_breakdown": {"automaton_ms": (t1 - t0) * 1e3, "logits_ms": (t3 - t2) * 1e3,
-                                "merge_ms": ((t2 - t1) + (t4 - t3)) * 1e3},
+            "draft_breakdown": d.breakdown,
         }
         if self.detail:
             if self.retrieval:
                 selected = set(cont.borders) if cont is not None else set()
-                for i, node in enumerate(placed):
+                for i, node in enumerate(d.placed):
                     if node >= 0:
                         selected.update(cont.node_ids[i])
                 info["automaton"] = self.automaton.snapshot(root, selected=selected)
-            if exp is not None:
-                info["copy_rows"] = self._rows_used(root, exp, inserted)
+            if d.expansion is not None:
+                info["copy_rows"] = self._rows_used(root, d.expansion, [i for i, n in enumerate(d.logits_nodes)
+                                                                        if n >= 0])
         tree.info = info
         return tree
 
@@ -194,20 +219,17 @@ class RacerDrafter(Drafter):
     @staticmethod
     def _insert_logits(tree: DraftTree, exp: Expansion, limit: int) -> list[int]:
         """Insert the expansion in BFS order while there is room, then only merge (see the
-        module note). Returns the expansion indices that ended up in the tree."""
+        module note). Returns, per expansion node, its tree node or -1 when it did not fit."""
         place: list[int] = []
-        inserted: list[int] = []
         add, child = tree.add, tree.child
-        for i, (tok, par, rank, b, p) in enumerate(zip(exp.tokens, exp.parents, exp.ranks, exp.breadths,
-                                                        exp.probs)):
+        for tok, par, rank, b, p in zip(exp.tokens, exp.parents, exp.ranks, exp.breadths, exp.probs):
             at = 0 if par < 0 else place[par]
             node = -1
             if at >= 0:
                 if len(tree) < limit or child(at, tok) >= 0:
                     node = add(at, tok, "logits", rank, breadth=b, p_row=p)
-                    inserted.append(i)
             place.append(node)
-        return inserted
+        return place
 
     def _borders(self, cont: Any) -> list[dict[str, Any]]:
         if cont is None:

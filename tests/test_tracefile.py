@@ -1,0 +1,97 @@
+"""Trace files: a recorded run exported and loaded back replays identically without the model;
+damaged files are refused with a reason; the shipped example traces (real SmolLM2 runs) load
+and replay exactly."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from racer import anatomy as A
+from racer import DecodeConfig, DecodeRun, make_drafter
+from racer.records import run_numbers
+from racer.replay import Turn
+from racer.sizing import Sizer
+from racer.tiny import TinyTokenizer, tiny_lm
+from racer_app import tracefile
+from racer_app.session import Trace
+from tests.test_replay import CURVE, PROMPT, V
+
+
+@pytest.fixture(scope="module")
+def trace():
+    lm = tiny_lm(vocab=V, seed=3, max_context=1024)
+    tok = TinyTokenizer(V)
+    sizer = Sizer(CURVE)
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=40, detail=True),
+                    sizer=sizer)
+    steps = list(run)
+    one = lambda t: tok.decode([t])  # noqa: E731
+    many = lambda ids: tok.decode(list(ids))  # noqa: E731
+    return Trace(steps, list(PROMPT), one, many, source="race", title="tiny run", model="tiny",
+                 settings={"temperature": 0.0}, detail_steps=len(steps), stop_reason=run.result.stop_reason,
+                 cost_curve=CURVE, turns=[Turn(run.start, steps)],
+                 drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
+
+
+def anatomies(tr: Trace) -> list:
+    rep = tr.replay()
+    return [A.anatomy(rep.before(k)) for k in range(tr.n)]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_export_and_load_back_replays_identically(trace, tmp_path, suffix):
+    path = tracefile.save(trace, tmp_path / f"t{suffix}")
+    back = tracefile.load(path)
+    assert back.origin == "file" and back.n == trace.n and back.title == "tiny run"
+    assert [s.committed for s in back.steps] == [s.committed for s in trace.steps]
+    assert back.spans() == trace.spans()
+    assert run_numbers(back.steps) == run_numbers(trace.steps)
+    # every token the pictures show reads the same without the tokenizer
+    for t in tracefile.token_ids(trace):
+        assert back.decode_one(t) == trace.decode_one(t)
+    assert json.dumps(anatomies(back), default=str) == json.dumps(anatomies(trace), default=str)
+
+
+def test_damaged_files_are_refused_with_a_reason(trace, tmp_path):
+    good = tracefile.trace_to_dict(trace)
+    cases = {
+        b"not json at all": "not JSON",
+        json.dumps({"hello": 1}).encode(): "not a RACER Studio trace",
+        json.dumps(dict(good, version=99)).encode(): "version 99",
+        json.dumps(dict(good, steps=[])).encode(): "no steps",
+        json.dumps(dict(good, steps=[{"index": 0}])).encode(): "damaged",
+        gzip.compress(b"{")[:-4]: "gzip",
+    }
+    for raw, why in cases.items():
+        with pytest.raises(tracefile.TraceFileError, match=why):
+            tracefile.load(raw)
+    with pytest.raises(tracefile.TraceFileError, match="larger than"):
+        tracefile.load(json.dumps(good).encode(), max_bytes=1024)
+
+
+def test_a_trace_without_replay_data_still_loads(trace):
+    d = tracefile.trace_to_dict(trace)
+    d["turns"] = []
+    back = tracefile.trace_from_dict(json.loads(json.dumps(d)))
+    assert back.replay() is None and back.n == trace.n
+
+
+def test_the_shipped_traces_replay_exactly():
+    shipped = tracefile.shipped_index()
+    assert len(shipped) >= 3, "assets/traces/index.json lists the shipped traces (scripts/make_traces.py)"
+    for row in shipped:
+        tr = tracefile.load(row["path"])
+        n = run_numbers(tr.steps)
+        assert (n.tokens, n.forwards) == (row["tokens"], row["forwards"])
+        rep = tr.replay()
+        assert rep is not None
+        evicted = 0
+        for k, s in enumerate(tr.steps):
+            state = rep.before(k)        # raises ReplayError where the recording is not reproduced
+            if s.forwarded:
+                assert A.what_if(state, tr.steps, A.variant_of_run(state))["committed"] == len(s.committed)
+                evicted += len(s.info.get("evicted") or [])
+        if "48 nodes" in row["title"]:
+            assert evicted > 0, "the small-automaton example shows evictions"
