@@ -23,7 +23,6 @@ the accepted length of another tree is not defined (other random draws), and is 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -434,11 +433,3 @@ def why_missed(state: StepState, steps: list[StepRecord]) -> dict[str, Any] | No
             break
     out["found"] = any(k in out for k in ("pool", "retrieval", "logits", "lookup"))
     return out
-
-
-def clone_state(state: StepState) -> StepState:
-    """A deep copy (the cost curve shared): to try things on a state and keep the original."""
-    memo: dict[int, Any] = {}
-    if state.sizer is not None:
-        memo[id(state.sizer.curve)] = state.sizer.curve
-    return copy.deepcopy(state, memo)

@@ -134,16 +134,17 @@ def _count(s: Any, sources: tuple[str, ...]) -> int:
 
 
 def pick_steps(steps: list[Any]) -> tuple[int, int]:
-    """(a step with a long accepted path, a step that shows every stage: borders, logits
-    candidates and accepted retrieval drafts)."""
+    """The step the walk follows, twice (the tree section and the stages show the same step, so
+    nothing is seen out of order): one that shows every stage well: borders, logits candidates,
+    accepted copied drafts, then the earliest."""
     fw = [i for i, s in enumerate(steps) if s.forwarded] or [0]
-    tree_step = max(fw, key=lambda i: (len(steps[i].committed), -len(steps[i].tree)))
 
     def richness(i: int) -> tuple:
         info = steps[i].info or {}
         return (bool(info.get("borders")), int(info.get("n_logits", 0) or 0) + int(info.get("n_both", 0) or 0) > 0,
                 min(_count(steps[i], ("retrieval", "both", "lookup")), 4), len(steps[i].committed) > 1, -i)
-    return tree_step, max(fw, key=richness)
+    k = max(fw, key=richness)
+    return k, k
 
 
 def get_preset(key: str) -> Preset | None:

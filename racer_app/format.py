@@ -321,8 +321,9 @@ def step_sentence(step: Any, decode_many: Callable[[list[int]], str], n_steps: i
         n_r = int(info.get("n_retrieval", 0)) + int(info.get("n_both", 0))
         if borders:
             deepest = max(borders, key=lambda b: b.get("depth", 0))
-            parts.append(f"retrieval matched {_q(decode_many(list(deepest.get('tokens') or [])), 28)} at depth "
-                         f"{deepest.get('depth', 0)} and proposed {n_r} node{'s' * (n_r != 1)}")
+            parts.append(f"retrieval's deepest border (an ending of the text + x0 seen before) is "
+                         f"{_q(decode_many(list(deepest.get('tokens') or [])), 28)}, depth {deepest.get('depth', 0)}; "
+                         f"it proposed {n_r} node{'s' * (n_r != 1)}")
         else:
             parts.append(f"retrieval found no earlier occurrence of the recent text followed by "
                          f"{_q(decode_many([int(step.root)]))}")

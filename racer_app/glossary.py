@@ -11,6 +11,8 @@ GLOSSARY: dict[str, str] = {
                     "dozen, which is the slack speculative decoding uses.",
     "speculative decoding": "Guess several next tokens (a draft), let the model check them all in one forward "
                             "pass, keep those it agrees with. The text is exactly what the model writes alone.",
+    "special token": "A control token of the chat template, such as <|im_start|> and <|im_end|> (a message "
+                     "starts, a message ends). The model reads and writes them like words; the text hides them.",
     "root token": "x0: the token the model has just fixed. Every draft tree starts from it.",
     "draft tree": "The guesses of one step: several candidates for the next token, and candidates after each.",
     "step": "One draft-and-verify round: draft a tree, check it in one forward pass, commit the accepted tokens. "

@@ -361,7 +361,7 @@ class Studio:
         if uses_auto(s) and lm.cost_curve is None:
             yield self._race_frame(status="⏳ Measuring this machine's cost curve (once per machine; up to a minute "
                                           "on a small CPU)…")
-        head = (f"Racing on **{lm.name}** ({lm.device}, {str(lm.dtype).replace('torch.', '')}) · prompt "
+        head = (f"Racing on **{friendly_model_name(lm.name)}** ({lm.device}, {str(lm.dtype).replace('torch.', '')}) · prompt "
                 f"{len(ids)} tokens · up to {cfg.max_new_tokens} new tokens · tree "
                 f"{'auto' if cfg.capacity == 'auto' else str(cfg.capacity) + ' nodes'} · "
                 f"{'greedy' if cfg.temperature <= 0 else f'sampling T={cfg.temperature:g}, top-p {cfg.top_p:g}'}")

@@ -92,6 +92,47 @@ def trace_to_dict(trace: Trace, special: Iterable[int] = ()) -> dict[str, Any]:
     }
 
 
+#: What a trace file may ask of the replay: every bound is far above what the app records, and
+#: keeps a hostile file from asking for a gigabyte copy-logit table or a runaway draft.
+MAX_VOCAB = 1 << 20
+MAX_NODES = 4096
+#: Steps a trace may ask the inspector to replay (a chat of 12 turns of 1,024 tokens is less).
+MAX_STEPS = 16_384
+_OPTION_BOUNDS = {"capacity_automaton": (11, 100_000), "window": (2, 64), "topk": (1, 64), "chain_len": (1, 64)}
+_OPTION_CHOICES = {"breadth_rule": ("paper", "released"), "merge": ("merge", "half", "hard")}
+_OPTION_FLAGS = ("retrieval", "logits", "lookup_chain", "row_probs")
+
+
+def _check_replay_settings(drafter: Any, sizer: Any) -> None:
+    """TraceFileError unless the drafter and sizer settings are ones this app could have recorded."""
+    from racer.drafters import METHODS
+    if drafter is None:
+        return
+    if not isinstance(drafter, dict) or drafter.get("method") not in METHODS:
+        raise TraceFileError("the trace names no drafter this app knows")
+    v = drafter.get("vocab_size")
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_VOCAB:
+        raise TraceFileError(f"the trace's vocabulary size {v!r} is out of range")
+    for k, val in (drafter.get("options") or {}).items():
+        if k in _OPTION_BOUNDS:
+            lo, hi = _OPTION_BOUNDS[k]
+            ok = isinstance(val, int) and not isinstance(val, bool) and lo <= val <= hi
+        elif k in _OPTION_CHOICES:
+            ok = val in _OPTION_CHOICES[k]
+        else:
+            ok = k in _OPTION_FLAGS and isinstance(val, bool)
+        if not ok:
+            raise TraceFileError(f"the trace's drafter setting {k}={val!r} is not one this app records")
+    if sizer is None:
+        return
+    if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst"}:
+        raise TraceFileError("the trace's sizer settings are not valid")
+    ms, pf = sizer.get("max_size"), sizer.get("pool_factor", 2)
+    if (ms is not None and not (isinstance(ms, int) and 1 <= ms <= 1024)) or not (isinstance(pf, int) and 1 <= pf <= 8) \
+            or not isinstance(sizer.get("burst", True), bool):
+        raise TraceFileError("the trace's sizer settings are out of range")
+
+
 def _need(d: dict[str, Any], key: str, kind: type) -> Any:
     if not isinstance(d.get(key), kind):
         raise TraceFileError(f"the trace has no valid '{key}'")
@@ -110,6 +151,9 @@ def trace_from_dict(d: Any) -> Trace:
             raise TraceFileError("the trace has no steps")
         for s in steps:
             s.tree.validate()
+            if len(s.tree) > MAX_NODES or not 0 <= s.capacity <= MAX_NODES:
+                raise TraceFileError(f"step {s.index + 1} asks for a tree of more than {MAX_NODES} nodes")
+        _check_replay_settings(d.get("drafter"), d.get("sizer"))
         turns = None
         raw_turns = d.get("turns") or []
         if raw_turns:
@@ -118,6 +162,8 @@ def trace_from_dict(d: Any) -> Trace:
                 last = i == len(raw_turns) - 1
                 turn_steps = steps if last else [StepRecord.from_dict(s) for s in t.get("steps") or []]
                 turns.append(Turn(StartRecord.from_dict(t["start"]), turn_steps))
+        if sum(len(t.steps) for t in turns or []) > MAX_STEPS:
+            raise TraceFileError(f"the trace has more than {MAX_STEPS} steps to replay")
         texts = TokenTexts({int(k): str(v) for k, v in _need(d, "tokens", dict).items()},
                            frozenset(int(t) for t in d.get("special") or []))
         curve = CostCurve(**d["cost_curve"]) if d.get("cost_curve") else None

@@ -10,14 +10,11 @@ same on every machine; nothing here decodes.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from app_server import app_server
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -37,21 +34,8 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PORT=str(port), HOST="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False")
-    server = None if args.url else subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env,
-                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = args.url or f"http://127.0.0.1:{port}/"
     suffix = "" if args.width >= 700 else "-phone"
-    try:
-        for _ in range(360):
-            try:
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+    with app_server(args.url) as url:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page(viewport={"width": args.width, "height": 900})
@@ -81,10 +65,6 @@ def main() -> int:
             page.wait_for_timeout(1200)
             page.locator("#view-whatif").screenshot(path=str(out / f"what-if{suffix}.png"))
             browser.close()
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
     print(f"wrote {out}")
     return 0
 

@@ -99,7 +99,7 @@ def tab(pg, name: str) -> None:
     if t.count() and t.first.is_visible():
         t.first.click()
         return
-    pg.get_by_label("More tabs").click()
+    pg.get_by_label("More tabs").first.click()  # the page's own tabs come before the inspector's views
     pg.locator(".overflow-dropdown button", has_text=name).click()
 
 
@@ -161,12 +161,82 @@ def test_inspector_slider_changes_the_tree(page):
     shot(page, "laptop-03-inspector-clicked")
 
 
+STAGES = ("Match", "Retrieval", "Logits", "Merge & size", "Tree attention", "Verify", "Update")
+
+
+def test_anatomy_walks_all_seven_stages_of_a_raced_step(page):
+    """The race's RACER trace (a real-model run): step 2 taken apart stage by stage."""
+    tab(page, "Step inspector")
+    page.locator("#insp-header").get_by_text("the last race").wait_for()
+    box = page.locator("#step-slider input[type=number]")
+    box.fill("2")
+    box.press("Enter")
+    page.locator("#step-sentence").get_by_text("Step 2 of").wait_for()
+    page.get_by_role("tab", name=re.compile("Anatomy")).click()
+    page.locator("#stage-text").get_by_text(re.compile(r"^1 ·")).wait_for()
+    for i, name in enumerate(STAGES):
+        if i:
+            page.locator("#stage-next").click()
+        page.locator("#stage-text").get_by_text(re.compile(rf"^{i + 1} ·")).wait_for()
+        text = page.locator("#stage-text").inner_text()
+        assert "could not" not in text, text
+        assert plot_title(page, "stage-plot").startswith(f"{i + 1} ·"), plot_title(page, "stage-plot")
+        if name == "Logits":
+            assert page.locator("#stage-layer").is_visible()
+        shot(page, f"laptop-07-anatomy-{i + 1}")
+    page.locator("#stage-prev").click()
+    page.locator("#stage-text").get_by_text(re.compile(r"^6 ·")).wait_for()
+
+
+def test_every_what_if_answers(page):
+    page.get_by_role("tab", name="What if?").click()
+    answer = page.locator("#wi-text")
+    answer.get_by_text("would have committed").wait_for()
+    assert "Why was" in page.locator("#why-missed").inner_text() or "Nothing was missed" in \
+        page.locator("#why-missed").inner_text()
+    checks = [("#wi-sources", "retrieval", "without retrieval"), ("#wi-sources", "retrieval", "all sources"),
+              ("#wi-sources", "logits", "without logits"), ("#wi-sources", "logits", "all sources"),
+              ("#wi-sources", "lookup", "without lookup"), ("#wi-sources", "lookup", "all sources"),
+              ("#wi-capacity", "8", "8 nodes"), ("#wi-capacity", "16", "16 nodes"), ("#wi-capacity", "64", "64 nodes"),
+              ("#wi-rule", "released", "released breadth rule")]
+    for where, label, expect in checks:
+        page.locator(where).get_by_text(label, exact=True).click()
+        answer.get_by_text(expect).first.wait_for()
+        assert "would have committed" in answer.inner_text()
+    assert page.locator("#wi-table").inner_text().count("without") >= 3
+    shot(page, "laptop-08-what-if")
+
+
+def test_a_trace_exports_and_loads_back(page, tmp_path):
+    page.locator("#trace-acc").get_by_text("Traces:").click()
+    page.locator("#trace-export").click()
+    link = page.locator("#trace-file a").first
+    link.wait_for()
+    with page.expect_download() as dl:
+        link.click()
+    path = tmp_path / "trace.json.gz"
+    dl.value.save_as(path)
+    assert path.stat().st_size > 1000
+    with page.expect_file_chooser() as chooser:
+        page.locator("#trace-load").click()
+    chooser.value.set_files(str(path))
+    page.locator("#trace-note").get_by_text("Loaded").wait_for()
+    page.locator("#insp-header").get_by_text("a loaded trace").wait_for()
+    page.get_by_role("tab", name=re.compile("Anatomy")).click()
+    page.locator("#stage-text").get_by_text(re.compile(r"^\d ·")).wait_for()
+    # the shipped examples
+    page.locator("#trace-pick input").click()
+    page.get_by_role("option", name="One-line joke").click()
+    page.locator("#insp-header").get_by_text("a trace that ships").wait_for()
+    shot(page, "laptop-09-traces")
+
+
 def test_tabs_switch_and_render(page):
     tab(page, "How it works")
     page.locator("#explain-intro").get_by_text("Preset run").wait_for(timeout=600_000)
     page.locator("#explain-tree .js-plotly-plot").wait_for()
     shot(page, "laptop-04-how-it-works")
-    page.get_by_text("Step through this preset run in the Step inspector").click()
+    page.get_by_text("Step through the first preset run in the Step inspector").click()
     page.locator("#insp-header").get_by_text("the preset run").wait_for()     # switched tab, preset loaded
     tab(page, "Benchmark")
     page.locator("#bench-status").get_by_text(re.compile("benchmark|Showing")).wait_for()

@@ -63,6 +63,14 @@ def test_damaged_files_are_refused_with_a_reason(trace, tmp_path):
         json.dumps(dict(good, steps=[])).encode(): "no steps",
         json.dumps(dict(good, steps=[{"index": 0}])).encode(): "damaged",
         gzip.compress(b"{")[:-4]: "gzip",
+        # a hostile file must not make the replay allocate a huge table or draft without end
+        json.dumps(dict(good, drafter={"method": "racer", "options": {}, "vocab_size": 10**10})).encode():
+            "vocabulary size",
+        json.dumps(dict(good, drafter={"method": "racer", "options": {"topk": 10**6}, "vocab_size": 96})).encode():
+            "topk",
+        json.dumps(dict(good, drafter={"method": "rm -rf", "options": {}, "vocab_size": 96})).encode(): "no drafter",
+        json.dumps(dict(good, sizer={"pool_factor": 10**6})).encode(): "sizer",
+        json.dumps(dict(good, steps=[dict(good["steps"][0], capacity=10**9)])).encode(): "more than 4096 nodes",
     }
     for raw, why in cases.items():
         with pytest.raises(tracefile.TraceFileError, match=why):

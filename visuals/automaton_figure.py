@@ -271,8 +271,10 @@ def automaton_figure(snapshot: dict[str, Any], decode: Callable[[int], str] = st
     annotations += arrows
     annotations.append(dict(xref="paper", yref="paper", x=1.01, y=0.80, xanchor="left", yanchor="bottom",
                             showarrow=False, align="left",
-                            text="LRU age: last<br>used N steps<br>ago (pale: next<br>to be recycled)",
-                            font=dict(size=12)))
+                            # On a phone the colour bar's column is narrow: the short form.
+                            text=("LRU age: last<br>used N steps<br>ago (pale: next<br>to be recycled)" if width >= 520
+                                  else "age<br>(steps)"),
+                            font=dict(size=12 if width >= 520 else 10)))
 
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="match state (deepest suffix of the context)",
                              marker=dict(symbol="square-open", size=16, color=C.STATE_COLOR, line=dict(width=3)),

@@ -186,6 +186,28 @@ def _edge_path(lay: TreeLayout, p: int, c: int) -> tuple[list[float], list[float
     return [xs, xm, xm, xe, None], [lay.cy[p], lay.cy[p], lay.cy[c], lay.cy[c], None]
 
 
+def edge_lines(lay: TreeLayout, parents: list[int], accepted_edges: set[tuple[int, int]]
+               ) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Polylines (x, y with None breaks) of the tree's edges: the rejected ones, then the
+    accepted path's (`accepted_edges`: (parent, child) pairs)."""
+    ex: list[float] = []
+    ey: list[float] = []
+    ax: list[float] = []
+    ay: list[float] = []
+    for c in range(1, len(parents)):
+        p = parents[c]
+        if p < 0:
+            continue
+        xs, ys = _edge_path(lay, p, c)
+        if (p, c) in accepted_edges:
+            ax += xs
+            ay += ys
+        else:
+            ex += xs
+            ey += ys
+    return ex, ey, ax, ay
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "—"
@@ -219,18 +241,7 @@ def draft_tree_figure(step: Any, decode: Callable[[int], str] = str, *, width: i
     fig = C.TraceList()
 
     # edges: rejected first (underneath), then the accepted path, then the "next root" link
-    ex, ey, ax, ay = [], [], [], []
-    for c in range(1, n):
-        p = f["parents"][c]
-        if p < 0:
-            continue
-        xs, ys = _edge_path(lay, p, c)
-        if (p, c) in acc_edges:
-            ax += xs
-            ay += ys
-        else:
-            ex += xs
-            ey += ys
+    ex, ey, ax, ay = edge_lines(lay, f["parents"], acc_edges)
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", name="rejected branch", showlegend=False,
                              line=dict(color=C.REJECTED_COLOR, width=C.REJECTED_WIDTH), hoverinfo="skip",
                              meta={"role": "rejected_edges"}))

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from . import colors as C
 from . import stage_common as S
 from .tokens import cells, esc, esc_hover, token_label, truncate
-from .tree_figure import _BORDER, _PAD, _edge_path, tree_layout
+from .tree_figure import _BORDER, _PAD, _edge_path, edge_lines, tree_layout
 
 
 def _model_tokens(verify: dict[str, Any], n: int) -> list[int | None]:
@@ -94,18 +94,7 @@ def verify_figure(verify: dict[str, Any], decode_one: Callable[[int], str], *, t
     acc = set(path)
     acc_edges = {(path[k - 1], path[k]) for k in range(1, len(path))}
     fig = C.TraceList()
-    ex, ey, ax, ay = [], [], [], []
-    for c in range(1, n):
-        p = parents[c]
-        if p < 0:
-            continue
-        xs, ys = _edge_path(lay, p, c)
-        if (p, c) in acc_edges:
-            ax += xs
-            ay += ys
-        else:
-            ex += xs
-            ey += ys
+    ex, ey, ax, ay = edge_lines(lay, parents, acc_edges)
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", showlegend=False, hoverinfo="skip",
                              line=dict(color=C.REJECTED_COLOR, width=C.REJECTED_WIDTH),
                              meta={"role": "rejected_edges"}))
