@@ -5,7 +5,8 @@ behind racer.replay), measured on traces of real runs.
     .venv/bin/python scripts/replay_cost.py --trace my.json.gz    # any exported trace
     .venv/bin/python scripts/replay_cost.py --example "Open brainstorming" --max-new-tokens 512   # record one first
 
-Per trace: replaying to its last step (median of 5), per step; the memory of the drafter and
+Per trace: replaying to its last step (median of 5), per step; what the inspector's anatomy of the
+last forwarded step costs with its replay (the what-if table and "why missed" included); the memory of the drafter and
 sizer at the last step (what a copy per step would cost, each step) against what the records
 add for the replay (top-k rows and the start record), per step.
 """
@@ -34,9 +35,10 @@ def main() -> int:
     paths = [Path(p) for p in args.trace] if args.trace else [p for _, p in tracefile.shipped()]
     if args.example:
         paths = [record(args.example, args.max_new_tokens)]
-    print("| trace | steps | replay to the last step (ms) | per step (ms) | drafter + sizer state (KB) | "
-          "replay data per step (KB) |")
-    print("|---|---|---|---|---|---|")
+    from racer_app.anatomy_view import step_anatomy
+    print("| trace | steps | replay to the last step (ms) | per step (ms) | the inspector's anatomy of the last step, "
+          "replay included (ms) | drafter + sizer state (KB) | replay data per step (KB) | trace file (KB) |")
+    print("|---|---|---|---|---|---|---|---|")
     for path in paths:
         tr = tracefile.load(path)
         rep = tr.replay()
@@ -46,9 +48,13 @@ def main() -> int:
             state = rep.before(tr.n - 1)
             times.append((time.perf_counter() - t) * 1e3)
         ms = statistics.median(times)
+        # What the inspector does for a step: replay, the what-if table, why missed, the stages.
+        last = max(k for k, st in enumerate(tr.steps) if st.forwarded)
+        an_ms = statistics.median(step_anatomy(None, tr, last).replay_ms for _ in range(args.repeats))
         state_kb = deep_size([state.drafter, state.sizer]) / 1024
         extra = sum(deep_size([s.topk, s.topk_p]) for s in tr.steps) + deep_size([t.start for t in tr.turns])
-        print(f"| {tr.title} | {tr.n} | {ms:.1f} | {ms / tr.n:.2f} | {state_kb:,.0f} | {extra / tr.n / 1024:.2f} |")
+        print(f"| {tr.title} | {tr.n} | {ms:.1f} | {ms / tr.n:.2f} | {an_ms:.0f} | {state_kb:,.0f} | "
+              f"{extra / tr.n / 1024:.2f} | {path.stat().st_size / 1024:.0f} |")
     return 0
 
 

@@ -194,11 +194,16 @@ def test_every_what_if_answers(page):
     answer.get_by_text("would have committed").wait_for()
     assert "Why was" in page.locator("#why-missed").inner_text() or "Nothing was missed" in \
         page.locator("#why-missed").inner_text()
-    checks = [("#wi-sources", "retrieval", "without retrieval"), ("#wi-sources", "retrieval", "all sources"),
-              ("#wi-sources", "logits", "without logits"), ("#wi-sources", "logits", "all sources"),
-              ("#wi-sources", "lookup", "without lookup"), ("#wi-sources", "lookup", "all sources"),
-              ("#wi-capacity", "8", "8 nodes"), ("#wi-capacity", "16", "16 nodes"), ("#wi-capacity", "64", "64 nodes"),
-              ("#wi-rule", "released", "released breadth rule")]
+    # Each answer names its variant ("without retrieval, the run's size: …"), so a stale answer never passes.
+    checks = [("#wi-sources", "retrieval", "without retrieval, the run's size:"),
+              ("#wi-sources", "retrieval", "all sources, the run's size:"),
+              ("#wi-sources", "logits", "without logits, the run's size:"),
+              ("#wi-sources", "logits", "all sources, the run's size:"),
+              ("#wi-sources", "lookup", "without lookup, the run's size:"),
+              ("#wi-sources", "lookup", "all sources, the run's size:"),
+              ("#wi-capacity", "8", "all sources, 8 nodes:"), ("#wi-capacity", "16", "all sources, 16 nodes:"),
+              ("#wi-capacity", "64", "all sources, 64 nodes:"),
+              ("#wi-rule", "released", "all sources, 64 nodes, released breadth rule:")]
     for where, label, expect in checks:
         page.locator(where).get_by_text(label, exact=True).click()
         answer.get_by_text(expect).first.wait_for()

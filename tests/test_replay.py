@@ -63,12 +63,19 @@ def test_every_step_replays_to_the_recorded_tree(lm, capacity):
 
 
 def test_a_replay_with_other_settings_is_caught(lm):
-    run, steps = record(lm)
+    # A fixed capacity, so the trees do not depend on how long this machine's steps took (a sizer
+    # that keeps only a few nodes can make trees that rows of 4 and of 8 entries would both give).
+    run, steps = record(lm, capacity=12)
     turns = [Turn(run.start, steps)]
+    replay_all(Replay(turns, racer))
+    # Without the prompt-lookup chain the drafter cannot propose the run's lookup nodes.
+    assert any("lookup" in s.tree.sources for s in steps)
     with pytest.raises(ReplayError, match="step"):
-        replay_all(Replay(turns, lambda: racer(topk=4), lambda: Sizer(CURVE)))
+        replay_all(Replay(turns, lambda: racer(lookup_chain=False)))
+    # A sized run replayed without its sizer: the drafter's whole pool against the kept tree.
+    run, steps = record(lm)
     with pytest.raises(ReplayError):
-        replay_all(Replay(turns, racer, None))          # the run was sized; the replay is not
+        replay_all(Replay([Turn(run.start, steps)], racer, None))
 
 
 def test_a_chat_replays_its_turns_in_order(lm):
