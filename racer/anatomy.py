@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .drafters.pld import PLDDrafter
 from .drafters.racer import Draft, RacerDrafter
 from .replay import StepState, advance
 from .records import StepRecord
@@ -334,7 +335,7 @@ def redraft(state: StepState, v: Variant) -> DraftTree:
         if not v.lookup:
             d.lookup = None
         elif d.lookup is None:
-            from .drafters.pld import PLDDrafter
+            # The run had no chain (racer-nochain): the one racer's default would have had.
             d.lookup = PLDDrafter(max_draft=16, periodic=True)
         if v.capacity == "auto":
             pool = d.draft(state.context, rec.root, rec.capacity or 1).tree
