@@ -31,7 +31,7 @@ from .drafters.pld import PLDDrafter
 from .drafters.racer import Draft, RacerDrafter
 from .replay import StepState, advance
 from .records import StepRecord
-from .sizing import prune
+from .sizing import prune, rank_by_chance
 from .tree import DraftTree
 
 STAGES = ("match", "retrieval", "logits", "merge", "attention", "verify", "update")
@@ -77,11 +77,6 @@ def _node_path(tree: DraftTree, tokens: list[int]) -> int:
         if node < 0:
             return -1
     return node
-
-
-def _tree_dict(tree: DraftTree) -> dict[str, Any]:
-    return {"tokens": list(tree.tokens), "parents": list(tree.parents), "sources": list(tree.sources),
-            "ranks": list(tree.ranks), "depths": list(tree.depths)}
 
 
 def _kept_nodes(pool: DraftTree, sized: DraftTree) -> list[int]:
@@ -206,7 +201,7 @@ def merge_stage(state: StepState, draft: Draft, sized: DraftTree, kept: list[int
     pool = draft.tree
     out: dict[str, Any] = {
         "chain": {"tokens": [int(t) for t in draft.chain], "nodes": list(draft.chain_nodes), "match": draft.chain_match},
-        "pool": _tree_dict(pool), "lookup": [bool(m.get("lookup")) for m in pool.meta],
+        "pool": pool.to_dict(), "lookup": [bool(m.get("lookup")) for m in pool.meta],
         "kept": kept, "capacity": state.step.capacity, "chosen_T": len(sized), "auto": plan is not None,
     }
     if plan is not None:
@@ -223,7 +218,7 @@ def attention_stage(rec: StepRecord, context: list[int], tail: int = MASK_TAIL) 
     past = rec.context_len
     anc = tree.ancestor_matrix()
     return {"past": past, "tail": [int(t) for t in context[max(0, past - tail):past]],
-            "tree": _tree_dict(tree), "positions": [past + d for d in tree.depths],
+            "tree": tree.to_dict(), "positions": [past + d for d in tree.depths],
             "ancestors": anc.astype(int).tolist()}
 
 
@@ -350,7 +345,7 @@ def redraft(state: StepState, v: Variant) -> DraftTree:
 def what_if(state: StepState, steps: list[StepRecord], v: Variant, greedy: bool = True) -> dict[str, Any]:
     """The step re-drafted as `v`, and (greedy) how many tokens it would have committed."""
     tree = redraft(state, v)
-    out: dict[str, Any] = {"variant": dataclasses.asdict(v), "tree": _tree_dict(tree),
+    out: dict[str, Any] = {"variant": dataclasses.asdict(v), "tree": tree.to_dict(),
                            "nodes": len(tree), "run_committed": len(state.step.committed)}
     if not greedy:
         out.update({"committed": None, "path": [], "note": "sampling"})
@@ -389,7 +384,7 @@ def why_missed(state: StepState, steps: list[StepRecord]) -> dict[str, Any] | No
         if state.sizer is not None:
             plan = state.sizer.plan(pool, len(state.context))
             entry["p_accept"] = round(plan.probs[node], 4)
-            entry["order"] = 1 + sorted(range(1, len(pool)), key=lambda i: (-plan.probs[i], i)).index(node)
+            entry["order"] = 1 + rank_by_chance(plan.probs).index(node)
             entry["chosen_T"] = len(plan.keep)
         out["pool"] = entry
     # Retrieval: a continuation under a border that spells the path.

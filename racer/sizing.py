@@ -123,24 +123,39 @@ class AcceptanceModel:
                 c[1] += 1.0
 
 
+def rank_by_chance(probs: list[float]) -> list[int]:
+    """Candidate nodes (the root left out), most likely to be accepted first (ties: earlier node)."""
+    return sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))
+
+
 def choose_size(probs: list[float], cost_ms: Callable[[int], float], overhead_ms: float = 0.0,
                 max_size: int | None = None) -> tuple[list[int], float, list[float]]:
     """Nodes to keep (ancestor-closed, root included), their expected committed tokens, and
     the expected tokens/ms for every size 1..n (for the cost-curve picture)."""
+    keep, expected, rates, _ = _choose(probs, rank_by_chance(probs), cost_ms, overhead_ms, max_size)
+    return keep, expected, rates
+
+
+def _choose(probs: list[float], ranked: list[int], cost_ms: Callable[[int], float], overhead_ms: float,
+            max_size: int | None) -> tuple[list[int], float, list[float], list[float]]:
+    """`choose_size` on candidates already ranked (`rank_by_chance`); also returns E(T), the
+    expected committed tokens with the T most likely nodes, for T = 1..n."""
     n = len(probs) if max_size is None else min(len(probs), max_size)
-    order = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: n - 1]
+    order = ranked[: n - 1]
     best_k, best_rate, expected = 0, -1.0, 1.0
     rates = []
+    by_size = []
     running = 1.0
     for k in range(0, len(order) + 1):
         if k:
             running += probs[order[k - 1]]
+        by_size.append(running)
         rate = running / (cost_ms(k + 1) + overhead_ms)
         rates.append(rate)
         if rate > best_rate:
             best_k, best_rate, expected = k, rate, running
     keep = sorted([0] + order[:best_k])
-    return keep, expected, rates
+    return keep, expected, rates, by_size
 
 
 def prune(tree: DraftTree, keep: list[int], probs: list[float] | None = None) -> DraftTree:
@@ -260,19 +275,16 @@ class Sizer:
         curve = self.curve.ts(n, context_len)
         # Predicted verify-forward ms: the cost curve scaled by this decoding's calibration.
         costs = [c * f for c, f in zip(curve, self.calibration.factors(n))]
-        keep, expected, rates = choose_size(probs, lambda T: costs[T - 1], self.overhead_ms, self.max_size)
+        # One ranking serves the choice, the exploration and E(T) (this runs at every step).
+        ranked = rank_by_chance(probs)
+        keep, expected, rates, by_size = _choose(probs, ranked, lambda T: costs[T - 1], self.overhead_ms,
+                                                 self.max_size)
         explore = False
         if len(keep) == 1 and len(tree) > 1 and self._idle + 1 >= self.explore_every:
             explore = True
-            top = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: self.explore_nodes]
+            top = ranked[: self.explore_nodes]
             keep = sorted({0, *top})
             expected = 1.0 + sum(probs[i] for i in top)
-        # E(T): expected committed tokens per step when the T most likely nodes are kept (the
-        # root counts 1), the one definition the sentence, the figures and the stats use.
-        order = sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))[: len(rates) - 1]
-        by_size = [1.0]
-        for i in order:
-            by_size.append(by_size[-1] + probs[i])
         return SizePlan(keep, expected, rates, costs[:len(rates)], probs, by_size, explore, curve[len(keep) - 1])
 
     def size(self, tree: DraftTree, context_len: int) -> DraftTree:

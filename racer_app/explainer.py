@@ -115,8 +115,7 @@ RACER then copies the repetition and looks fast on it. Try both kinds of example
 class Preset:
     win: Any                   # racer_app.session.Trace: where RACER wins
     cannot: Any                # racer_app.session.Trace: where it cannot
-    tree_step: int             # a step of `win` with a long accepted path
-    anatomy_step: int          # a step of `win` that shows every stage well
+    step: int                  # the step of `win` the walk follows (`pick_step`)
     live: bool = True          # made with the loaded model (else: the shipped traces)
 
     @property
@@ -133,18 +132,17 @@ def _count(s: Any, sources: tuple[str, ...]) -> int:
     return sum(1 for i in acc if s.tree.sources[i] in sources)
 
 
-def pick_steps(steps: list[Any]) -> tuple[int, int]:
-    """The step the walk follows, twice (the tree section and the stages show the same step, so
-    nothing is seen out of order): one that shows every stage well: borders, logits candidates,
-    accepted copied drafts, then the earliest."""
+def pick_step(steps: list[Any]) -> int:
+    """The step the walk follows, for the tree section and the stages alike (so nothing is seen
+    out of order): one that shows every stage well (borders, logits candidates, accepted copied
+    drafts), else the earliest."""
     fw = [i for i, s in enumerate(steps) if s.forwarded] or [0]
 
     def richness(i: int) -> tuple:
         info = steps[i].info or {}
         return (bool(info.get("borders")), int(info.get("n_logits", 0) or 0) + int(info.get("n_both", 0) or 0) > 0,
                 min(_count(steps[i], ("retrieval", "both", "lookup")), 4), len(steps[i].committed) > 1, -i)
-    k = max(fw, key=richness)
-    return k, k
+    return max(fw, key=richness)
 
 
 def get_preset(key: str) -> Preset | None:

@@ -37,7 +37,7 @@ from . import tracefile
 from .format import (METHOD_TITLES, md_text, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, race_record,
                      numbers_md, series_md, sizing_md, step_sentence, trace_header_md, verdict_md)
 from .desk import Desk
-from .inspector import FIG_WIDTH, clamp_step, empty_figure, fig_width, fluid, render_step, step_of_span
+from .inspector import clamp_step, empty_figure, fig_width, fluid, render_step, step_of_span
 from .jobs import Job
 from .models import ModelStore
 from .session import Session, Trace, bound_detail
@@ -484,15 +484,14 @@ class Studio:
     @staticmethod
     def example_trace() -> Trace | None:
         """The first shipped trace, loaded afresh (each session gets its own copy), or None."""
-        for _, path in tracefile.shipped()[:1]:
-            try:
-                trace = tracefile.load(path)
-            except tracefile.TraceFileError:
-                log.error("shipped trace %s unreadable: %s", path, traceback.format_exc())
-                return None
-            trace.origin = "shipped"
-            return trace
-        return None
+        shipped = tracefile.shipped()
+        if not shipped:
+            return None
+        try:
+            return tracefile.load_shipped(shipped[0][1])
+        except tracefile.TraceFileError:
+            log.error("shipped trace %s unreadable: %s", shipped[0][1], traceback.format_exc())
+            return None
 
     def _empty_step(self, msg: str) -> tuple:
         return ("", empty_figure("The draft tree of a step appears here."), gr.Plot(visible=False),
@@ -831,8 +830,8 @@ class Studio:
         try:
             preset, lm = self.explainer_preset()
             win, cannot = preset.win, preset.cannot
-            tree = render_step(win, preset.tree_step, width=width)
-            k = preset.anatomy_step
+            k = preset.step
+            tree = render_step(win, k, width=width)
             an = step_anatomy(None, win, k)
             stages: list[Any] = []
             for st in X.STAGE_INTROS:
@@ -884,11 +883,10 @@ class Studio:
             for title in (X.WIN_TITLE, X.CANNOT_TITLE):
                 if title not in by_title:
                     raise UserError(f"the example trace “{title}” is missing from assets/traces")
-                tr = tracefile.load(by_title[title])
-                tr.origin, tr.source = "shipped", "preset"
+                tr = tracefile.load_shipped(by_title[title])
+                tr.source = "preset"
                 traces.append(tr)
-            a, b = X.pick_steps(traces[0].steps)
-            preset = X.Preset(traces[0], traces[1], a, b, live=False)
+            preset = X.Preset(traces[0], traces[1], X.pick_step(traces[0].steps), live=False)
             X.put_preset("shipped", preset)
         return preset, None
 
@@ -942,8 +940,7 @@ class Studio:
             steps = list(run)
             traces.append(self.trace_from(lm, steps, ids, "preset", title, s, run.result.stop_reason,
                                           [Turn(run.start, steps)], run.sizer))
-        a, b = X.pick_steps(traces[0].steps)
-        return X.Preset(traces[0], traces[1], a, b)
+        return X.Preset(traces[0], traces[1], X.pick_step(traces[0].steps))
 
     def explainer_to_inspector(self, sess: Session | None) -> Any:
         """Load the preset run into this session's inspector."""

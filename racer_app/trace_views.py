@@ -161,10 +161,9 @@ class TraceViews:
         for t, path in tracefile.shipped():
             if t == title:
                 try:
-                    trace = tracefile.load(path)
+                    trace = tracefile.load_shipped(path)
                 except tracefile.TraceFileError as e:
                     return sess, f"⚠️ The example could not be read: {e}."
-                trace.origin = "shipped"
                 return self._take(sess, trace, f"Loaded the example “{t}”.")
         return sess, "Pick an example trace."
 

@@ -226,6 +226,13 @@ def shipped_index() -> list[dict[str, Any]]:
     return out
 
 
+def load_shipped(path: str | Path) -> Trace:
+    """A shipped trace (see `shipped`), marked as one."""
+    trace = load(path)
+    trace.origin = "shipped"
+    return trace
+
+
 def shipped() -> list[tuple[str, Path]]:
     """The traces that ship with the app: (title, path)."""
     return [(str(r.get("title") or r["file"]), r["path"]) for r in shipped_index()]
