@@ -10,8 +10,8 @@ least of its *own* accumulated decoding time (its steps, measured with `perf_cou
 each `next()`; `DecodeRun` synchronises the GPU inside each step). So at
 any moment every lane shows what its method had produced after the same amount of its own
 work, on one device, without the methods competing for it. Picture data (`detail=True`) is
-only asked of the methods in `detail_for`; the drafting time it adds (draft time beyond the
-drafter's own `draft_breakdown`) is not charged to that lane's clock.
+only asked of the methods in `detail_for`; the time it takes (the drafter times it:
+`timings["picture_ms"]`) is not charged to that lane's clock.
 
 The prefill is kept apart: every lane reads the same prompt once before its first step, so the
 lanes' clocks all start at zero after it, each lane's prefill is reported as measured, and
@@ -26,9 +26,12 @@ load the race cannot stop, such as another visitor's inspector or another proces
 that at wall time: measured against a busy-step charge and a cost-curve clock on the same
 recorded races (docs/PERFORMANCE.md, "The race's clock"), wall time gave the steadiest speed-ups
 under load, because the load falls on every lane alike as they take turns. What the race does
-about such load is say so: a forward that took more than DISTURBED x what this machine's cost
-curve predicts for its tree size and context is counted as disturbed, per lane, for the page to
-report (on a quiet machine at most one forward of a race comes near that).
+about such load is say so: a forward that took more than `racer.sizing.DISTURBED` x what this
+machine's cost curve predicts for its tree size and context is counted as disturbed, per lane, for
+the page to report (on a quiet machine at most one forward of a race comes near that). And it keeps
+the load from changing what the lanes draft: the tree sizers learn nothing from a disturbed
+forward (`Sizer(skip_disturbed=True)`), so a busy machine slows every lane without making RACER
+draft smaller trees than it would on a quiet one.
 
 Do not use `DecodeRun.result.tokens_per_s` of a raced run: its wall clock includes the time
 the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
@@ -48,9 +51,7 @@ from .drafters.base import Drafter
 from .loop import DecodeConfig, DecodeRun
 from .models import LoadedModel
 from .records import DecodeResult, StepRecord, mean_accepted
-
-#: A forward this many times the cost curve's time for its tree size and context was disturbed.
-DISTURBED = 1.5
+from .sizing import disturbed
 
 _gc_lock = threading.Lock()
 _gc_holders = 0
@@ -240,20 +241,16 @@ class Race:
         """Add the step's seconds to the lane's clock; count its forward if the curve calls it disturbed."""
         measured = float(rec.timings.get("forward_ms", 0.0))
         expected = self.curve.t(len(rec.tree), rec.context_len) if self.curve is not None and rec.forwarded else None
-        if expected and measured > DISTURBED * expected:
+        if expected and disturbed(measured, expected):
             lane.disturbed_steps += 1
         lane.charges.append((dt, measured, expected))
         lane.compute_s += dt
 
     @staticmethod
     def _picture_overhead(lane: Lane, rec: StepRecord) -> float:
-        if not lane.detail:
-            return 0.0
-        parts = rec.info.get("draft_breakdown")
-        if not isinstance(parts, dict):
-            return 0.0
-        extra = float(rec.timings.get("draft_ms", 0.0)) - sum(float(v) for v in parts.values())
-        return max(0.0, extra) / 1e3
+        """Seconds the step spent on picture data (the drafter times it; `DecodeRun` keeps it out
+        of `draft_ms` as `picture_ms`)."""
+        return float(rec.timings.get("picture_ms", 0.0)) / 1e3
 
     def _finish(self, lane: Lane) -> None:
         lane.done = True

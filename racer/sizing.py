@@ -183,6 +183,28 @@ def burst_bucket(accepted_drafts: int) -> int:
     return 0 if accepted_drafts <= 0 else 1 if accepted_drafts == 1 else 2 if accepted_drafts <= 3 else 3
 
 
+#: A forward that took this many times the cost curve's time for its tree size and context was
+#: disturbed: the machine was busy (another process, another visitor's page), and its time says
+#: nothing about the tree. Measured on the 2-core CPUs: real tree forwards run 0.9-1.4x the
+#: curve on a quiet machine, 2.5-5x beside a busy process.
+DISTURBED = 1.5
+
+
+def disturbed(measured_ms: float, predicted_ms: float | None) -> bool:
+    """Whether a forward that took `measured_ms` against the curve's `predicted_ms` was disturbed."""
+    return bool(predicted_ms) and measured_ms > DISTURBED * predicted_ms
+
+
+#: Whether sizers calibrate the cost curve against their own forwards by default. Off: on the
+#: shipped prompts (AVX512-BF16, bfloat16, 256 tokens, one interleaved run of
+#: `racer@auto-cal,racer@auto-nocal`) calibrating gave 1.82x `ar` against 1.78x without (the
+#: Spec-Bench mean 1.97x against 1.96x), within that run's noise, while it makes every
+#: decoding's trees follow its own forwards' jitter: the same prompt drafted 6.8-8.1 nodes a step
+#: and accepted 3.8-4.6 tokens per forward over three quiet runs, against one tree sequence and
+#: 5.1 without (docs/PERFORMANCE.md, "Sizing").
+CALIBRATE = False
+
+
 class ForwardCalibration:
     """How the verify forwards of this decoding compare with the cost curve, per tree size.
 
@@ -247,10 +269,19 @@ class Sizer:
     """Per-session sizing state: the acceptance model, the per-step overhead estimate and the
     calibration of the cost curve against this decoding's own forwards."""
 
-    def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True) -> None:
+    def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True,
+                 skip_disturbed: bool = True, calibrate: bool = CALIBRATE) -> None:
+        """`skip_disturbed`: learn the calibration and the overhead only from steps whose forward
+        was not `disturbed`. Without it a busy machine shrinks the trees (beside a busy-loop
+        process on one of two cores, "Extract to JSON" drafted 5-6 nodes a step instead of 8-9
+        and accepted 3.2-3.5 tokens per forward instead of 4.6-5.1), so a race under load
+        measured another method than a quiet one (docs/PERFORMANCE.md, "The race's clock").
+        `calibrate`: scale the curve by this decoding's own forwards (`ForwardCalibration`)."""
         self.curve = curve
         #: The arguments besides the curve, so a replay makes the same sizer (racer.replay).
-        self.settings = {"max_size": max_size, "pool_factor": pool_factor, "burst": burst}
+        self.settings = {"max_size": max_size, "pool_factor": pool_factor, "burst": burst,
+                         "skip_disturbed": skip_disturbed, "calibrate": calibrate}
+        self.skip_disturbed, self.calibrate = skip_disturbed, calibrate
         self.max_size = max_size or max(curve.sizes)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
         # the drafter's fixed order, e.g. retrieval before logits) decides what fills the tree.
@@ -305,8 +336,12 @@ class Sizer:
         self.model.update(tree, accepted, self.burst)
         if self.use_burst:
             self.burst = burst_bucket(len(accepted) - 1)
-        over = sum(v for k, v in timings.items() if k != "forward_ms")
+        predicted, self._predicted = self._predicted, None
+        sized = predicted is not None and "forward_ms" in timings and predicted[0] == len(tree)
+        if self.skip_disturbed and sized and disturbed(timings["forward_ms"], predicted[1]):
+            return  # the machine was busy: its times would teach the load, not the trees' cost
+        # The picture data a page asks for is not the method's work (the race does not charge it).
+        over = sum(v for k, v in timings.items() if k not in ("forward_ms", "picture_ms"))
         self.overhead_ms = 0.9 * self.overhead_ms + 0.1 * over
-        if self._predicted is not None and "forward_ms" in timings and self._predicted[0] == len(tree):
-            self.calibration.observe(len(tree), timings["forward_ms"], self._predicted[1])
-        self._predicted = None
+        if sized and self.calibrate:
+            self.calibration.observe(len(tree), timings["forward_ms"], predicted[1])

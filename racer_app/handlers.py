@@ -3,8 +3,10 @@ explainer. `app.py` only lays out components and wires them to these methods.
 
 Rules every handler follows:
 * per-session data lives in the `Session` passed in (a gr.State), never in module globals;
-* decodes run under the "decode" concurrency group (one at a time on a CPU); inspector,
-  stop and status handlers are pure/light and run in their own unlimited group;
+* decodes run under the "decode" concurrency group (one at a time on a CPU), and every model
+  computation runs on a decode slot's thread (`self.slots`, racer_app.decodethreads), never on
+  the handler's; inspector, stop and status handlers are pure/light and run in their own
+  unlimited group;
 * user mistakes give a clear message (status markdown + gr.Warning), never an exception;
   an unexpected error is logged and reported, and the server keeps going.
 """
@@ -36,6 +38,7 @@ from . import explainer as X
 from . import tracefile
 from .format import (METHOD_TITLES, md_text, SpanBuilder, find_cost_curve, lane_stats_md, race_plot_data, race_record,
                      numbers_md, series_md, sizing_md, step_sentence, trace_header_md, verdict_md)
+from .decodethreads import DecodeSlots
 from .desk import Desk
 from .inspector import clamp_step, empty_figure, fig_width, fluid, render_step, step_of_span
 from .jobs import Job
@@ -160,23 +163,20 @@ class Studio:
         self.desk = Desk(self.limits)
         # The decode slot, held by every decode and by work no visitor asked for (the warm-up's
         # cost-curve measurement and preset run): none of it runs beside a race to skew its clock.
-        self.slot = threading.BoundedSemaphore(max(1, self.limits.decode_concurrency))
+        # Each slot is a thread, and every model computation runs on it (racer_app.decodethreads:
+        # forwards from several threads ran at half speed on a 2-core CPU).
+        self.slots = DecodeSlots(self.limits.decode_concurrency)
         # Repeating a race is cheap on a GPU; on a CPU one race takes a while.
         self.repeat_default = dev.type == "cuda"
         # The inspector's anatomy, what-if and trace-file views.
         self.traces = TraceViews(self)
 
     def _in_slot(self, waiting: Any, work: Iterator[tuple]) -> Iterator[tuple]:
-        """Run the generator `work` holding the decode slot; `waiting(status)` is the frame shown
-        while the server's own warm-up holds it."""
-        if not self.slot.acquire(blocking=False):
-            yield waiting("⏳ Waiting for the server's warm-up (its cost-curve measurement or example run) to "
-                          "finish, so it does not run beside your race…")
-            self.slot.acquire()
-        try:
-            yield from work
-        finally:
-            self.slot.release()
+        """Step the generator `work` on a decode slot's thread, holding the slot; `waiting(status)`
+        is the frame shown while the server's own warm-up holds it."""
+        yield from self.slots.iterate(work, waiting=lambda: waiting(
+            "⏳ Waiting for the server's warm-up (its cost-curve measurement or example run) to finish, so it "
+            "does not run beside yours…"))
 
     @property
     def max_session_bytes(self) -> int:
@@ -550,70 +550,8 @@ class Studio:
             if job.stop.is_set():     # Stop was pressed while it waited in the queue
                 yield (gr.skip(), gr.skip(), "⏹ Stopped before it started.") + idle
                 return
-            notes: list[str] = []
-            message = clean_text(message, "message", self.max_chars, notes)
-            system = clean_text(system, "system prompt", self.max_chars, notes)
-            if not message.strip():
-                raise UserError("Type a message first.")
-            if len(sess.chat_messages) // 2 >= self.limits.chat_turns:
-                raise UserError(f"This chat has reached {self.limits.chat_turns} turns; press Reset chat to start over.")
-            s, more = self._settings(vals)
-            notes += more
-            lm = self._model(s)
-            msgs = history + [{"role": "user", "content": message}]
-            try:
-                ids = self._prompt_ids(lm, msgs, system)
-            except UserError as e:
-                raise UserError(f"{e} (the whole conversation counts; Reset chat starts a new one)") from e
-            cfg = self._config(lm, s, len(ids), notes)
-            cfg.detail = True
-            key = (lm.name, tuple(sorted(racer_options(s).items())), capacity_value(s))
-            fresh = sess.chat_drafter is None or sess.chat_key != key
-            if fresh:
-                sess.chat_drafter = make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s))
-                sess.chat_sizer = make_sizer(lm) if uses_auto(s) else None
-                sess.chat_key = key
-                sess.chat_fed = []
-                sess.chat_turns_log = []
-            new_from = common_prefix(sess.chat_fed, ids)
-            stop = job.stop
-            kw = {"sizer": sess.chat_sizer} if getattr(sess, "chat_sizer", None) is not None else {}
-            run = DecodeRun(lm, ids, sess.chat_drafter, cfg, stop_event=stop, new_from=new_from, **kw)
-            shown = history + [{"role": "user", "content": message}, {"role": "assistant", "content": ""}]
-            yield (shown, "", "RACER is writing… (Stop ends it)", gr.Button(interactive=False), gr.skip(),
-                   gr.Button(interactive=True))
-            tok = lm.tokenizer
-            out: list[int] = []
-            steps = []
-            last = 0.0
-            for rec in run:
-                steps.append(rec)
-                out.extend(rec.committed)
-                now = time.perf_counter()
-                if now - last >= TEXT_EVERY_S:
-                    last = now
-                    shown[-1] = {"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)}
-                    yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            res = run.result
-            text = res.text
-            sess.chat_messages = msgs + [{"role": "assistant", "content": text}]
-            sess.chat_fed = list(ids) + list(res.token_ids)
-            # The drafter lives across turns: replaying this turn replays the earlier ones first.
-            if run.start is not None:
-                sess.chat_turns_log.append(Turn(run.start, steps))
-            sess.trace = self.trace_from(lm, steps, ids, "chat", message.strip().splitlines()[0], s, res.stop_reason,
-                                         list(sess.chat_turns_log) if run.start is not None else None, run.sizer)
-            notes += sess.fit(self.max_session_bytes)
-            size = (steps[-1].info.get("automaton_size") if steps and steps[-1].info else None)
-            if size is None and len(steps) > 1:
-                size = steps[-2].info.get("automaton_size")
-            turn = len(sess.chat_messages) // 2
-            st = (f"Turn {turn}: {numbers_md(run_numbers(steps))}; "
-                  f"the automaton {'started fresh' if fresh else 'kept everything from earlier turns'}"
-                  f"{f' and now holds {size} nodes' if size else ''}; the prompt's first {new_from} tokens were "
-                  f"already known to it. The inspector above now shows this turn.")
-            note = self._notes_md(notes)
-            yield (sess.chat_messages, gr.skip(), st + (f"  \n{note}" if note else "")) + idle
+            yield from self._in_slot(lambda status: (gr.skip(), gr.skip(), status) + (gr.skip(),) * 3,
+                                     self._chat(sess, job, history, message, system, vals, idle))
         except UserError as e:
             gr.Warning(str(e))
             yield (gr.skip(), gr.skip(), f"⚠️ {e}") + idle
@@ -625,6 +563,72 @@ class Studio:
         finally:
             sess.end(job)
             self.desk.decode_ended()
+
+    def _chat(self, sess: Session, job: Job, history: list[dict[str, str]], message: str, system: str,
+              vals: tuple[Any, ...], idle: tuple) -> Iterator[tuple]:
+        notes: list[str] = []
+        message = clean_text(message, "message", self.max_chars, notes)
+        system = clean_text(system, "system prompt", self.max_chars, notes)
+        if not message.strip():
+            raise UserError("Type a message first.")
+        if len(sess.chat_messages) // 2 >= self.limits.chat_turns:
+            raise UserError(f"This chat has reached {self.limits.chat_turns} turns; press Reset chat to start over.")
+        s, more = self._settings(vals)
+        notes += more
+        lm = self._model(s)
+        msgs = history + [{"role": "user", "content": message}]
+        try:
+            ids = self._prompt_ids(lm, msgs, system)
+        except UserError as e:
+            raise UserError(f"{e} (the whole conversation counts; Reset chat starts a new one)") from e
+        cfg = self._config(lm, s, len(ids), notes)
+        cfg.detail = True
+        key = (lm.name, tuple(sorted(racer_options(s).items())), capacity_value(s))
+        fresh = sess.chat_drafter is None or sess.chat_key != key
+        if fresh:
+            sess.chat_drafter = make_drafter("racer", vocab_size=lm.vocab_size, **racer_options(s))
+            sess.chat_sizer = make_sizer(lm) if uses_auto(s) else None
+            sess.chat_key = key
+            sess.chat_fed = []
+            sess.chat_turns_log = []
+        new_from = common_prefix(sess.chat_fed, ids)
+        kw = {"sizer": sess.chat_sizer} if getattr(sess, "chat_sizer", None) is not None else {}
+        run = DecodeRun(lm, ids, sess.chat_drafter, cfg, stop_event=job.stop, new_from=new_from, **kw)
+        shown = history + [{"role": "user", "content": message}, {"role": "assistant", "content": ""}]
+        yield (shown, "", "RACER is writing… (Stop ends it)", gr.Button(interactive=False), gr.skip(),
+               gr.Button(interactive=True))
+        tok = lm.tokenizer
+        out: list[int] = []
+        steps = []
+        last = 0.0
+        for rec in run:
+            steps.append(rec)
+            out.extend(rec.committed)
+            now = time.perf_counter()
+            if now - last >= TEXT_EVERY_S:
+                last = now
+                shown[-1] = {"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)}
+                yield shown, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        res = run.result
+        text = res.text
+        sess.chat_messages = msgs + [{"role": "assistant", "content": text}]
+        sess.chat_fed = list(ids) + list(res.token_ids)
+        # The drafter lives across turns: replaying this turn replays the earlier ones first.
+        if run.start is not None:
+            sess.chat_turns_log.append(Turn(run.start, steps))
+        sess.trace = self.trace_from(lm, steps, ids, "chat", message.strip().splitlines()[0], s, res.stop_reason,
+                                     list(sess.chat_turns_log) if run.start is not None else None, run.sizer)
+        notes += sess.fit(self.max_session_bytes)
+        size = (steps[-1].info.get("automaton_size") if steps and steps[-1].info else None)
+        if size is None and len(steps) > 1:
+            size = steps[-2].info.get("automaton_size")
+        turn = len(sess.chat_messages) // 2
+        st = (f"Turn {turn}: {numbers_md(run_numbers(steps))}; "
+              f"the automaton {'started fresh' if fresh else 'kept everything from earlier turns'}"
+              f"{f' and now holds {size} nodes' if size else ''}; the prompt's first {new_from} tokens were "
+              f"already known to it. The inspector above now shows this turn.")
+        note = self._notes_md(notes)
+        yield (sess.chat_messages, gr.skip(), st + (f"  \n{note}" if note else "")) + idle
 
     def chat_reset(self, sess: Session | None) -> tuple:
         if isinstance(sess, Session):
@@ -667,9 +671,8 @@ class Studio:
         try:
             if job.stop.is_set():     # Stop was pressed while it waited in the queue
                 return ("⏹ Stopped before it started.",) + skips + (sess,) + idle
-            with self.slot:
-                return self._benchmark(sess, job, category, per_category, max_new, methods, measure_curve, vals,
-                                       progress, viewport) + idle
+            return self.slots.call(self._benchmark, sess, job, category, per_category, max_new, methods,
+                                   measure_curve, vals, progress, viewport) + idle
         except UserError as e:
             gr.Warning(str(e))
             return (f"⚠️ {e}",) + skips + (gr.skip(),) + idle
@@ -895,8 +898,8 @@ class Studio:
         with self._preset_lock:
             preset = X.get_preset(lm.name)
             if preset is None:
-                with self.slot:     # a decode like any other: never beside a visitor's race
-                    preset = self._run_preset(lm)
+                # A decode like any other: in the slot, never beside a visitor's race.
+                preset = self.slots.call(self._run_preset, lm)
                 X.put_preset(lm.name, preset)
             return preset
 
@@ -912,8 +915,7 @@ class Studio:
             try:
                 if uses_auto(self.defaults) and lm.cost_curve is None:
                     self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
-                    with self.slot:
-                        make_sizer(lm)
+                    self.slots.call(make_sizer, lm)
                 self.warming = "preparing the How it works example"
                 self.preset(lm)
             except Exception:  # noqa: BLE001 - each view retries when used

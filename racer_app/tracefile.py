@@ -28,7 +28,8 @@ from racer.replay import Turn
 from .session import Trace
 
 FORMAT = "racer-studio-trace"
-VERSION = 1
+#: 2: the sizer settings `skip_disturbed` and `calibrate` (version 1 sizers calibrated, disturbed or not).
+VERSION = 2
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
 
@@ -125,11 +126,11 @@ def _check_replay_settings(drafter: Any, sizer: Any) -> None:
             raise TraceFileError(f"the trace's drafter setting {k}={val!r} is not one this app records")
     if sizer is None:
         return
-    if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst"}:
+    if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst", "skip_disturbed", "calibrate"}:
         raise TraceFileError("the trace's sizer settings are not valid")
     ms, pf = sizer.get("max_size"), sizer.get("pool_factor", 2)
     if (ms is not None and not (isinstance(ms, int) and 1 <= ms <= 1024)) or not (isinstance(pf, int) and 1 <= pf <= 8) \
-            or not isinstance(sizer.get("burst", True), bool):
+            or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate")):
         raise TraceFileError("the trace's sizer settings are out of range")
 
 
@@ -153,7 +154,11 @@ def trace_from_dict(d: Any) -> Trace:
             s.tree.validate()
             if len(s.tree) > MAX_NODES or not 0 <= s.capacity <= MAX_NODES:
                 raise TraceFileError(f"step {s.index + 1} asks for a tree of more than {MAX_NODES} nodes")
-        _check_replay_settings(d.get("drafter"), d.get("sizer"))
+        sizer = d.get("sizer")
+        _check_replay_settings(d.get("drafter"), sizer)
+        if sizer is not None and int(d.get("version") or 0) < 2:
+            # Version 1 was recorded by a sizer that calibrated and learnt from disturbed forwards too.
+            sizer = {**sizer, "skip_disturbed": False, "calibrate": True}
         turns = None
         raw_turns = d.get("turns") or []
         if raw_turns:
@@ -172,7 +177,7 @@ def trace_from_dict(d: Any) -> Trace:
                       model=str(d.get("model") or ""), settings=dict(d.get("settings") or {}),
                       detail_steps=min(int(d.get("detail_steps") or 0), len(steps)), stop_reason=d.get("stop_reason"),
                       summary=dict(d.get("summary") or {}), cost_curve=curve, turns=turns,
-                      drafter=d.get("drafter"), sizer=d.get("sizer"), origin="file")
+                      drafter=d.get("drafter"), sizer=sizer, origin="file")
         spans = d.get("spans")
         if isinstance(spans, list) and isinstance(d.get("span_steps"), list):
             trace._spans = ([(str(t), lab) for t, lab in spans], [int(k) for k in d["span_steps"]])

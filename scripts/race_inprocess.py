@@ -33,16 +33,19 @@ def main() -> int:
     args = ap.parse_args()
     from race_check import LANES, parse_race, settings
 
-    from racer import load_model
     from racer.costcurve import get_cost_curve
     from racer_app.handlers import Studio
     from racer_app.models import ModelStore
     from racer_app.session import Session
-    lm = load_model("default")
-    get_cost_curve(lm)
+    # As in the app: the model loads on a thread that then ends, and every computation runs on the
+    # decode slot's thread (racer_app/decodethreads.py), never on this one.
+    store = ModelStore(start_spec="default")
+    store.start(background=True)
+    studio = Studio(store)
+    lm = store.get("default")
+    studio.slots.call(get_cost_curve, lm)
     if args.no_gc:
         gc.disable()
-    studio = Studio(ModelStore(lm))
     if args.no_frames:
         studio._race_stream = functools.partial(race_unframed, studio, pause_s=args.pause_ms / 1e3)
     ex = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[args.example]

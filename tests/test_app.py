@@ -385,3 +385,28 @@ def test_the_benchmark_view_shows_the_shipped_run_of_this_kind_of_machine_and_sa
     assert "`hf-pld`: 6 of 10 identical" in md and "3 differ first" in md and "1 is a bug" in md
     assert "racer" not in md
     assert ties_md({"methods": {"ar": {}}}) == ""
+
+
+def test_every_forward_of_a_race_and_a_chat_runs_on_the_decode_slots_thread():
+    # Forwards from more than one thread ran at half speed on a 2-core CPU (OpenMP stops spinning
+    # once more threads than CPUs hold worker pools): the handlers' threads must never compute.
+    import threading
+    from racer_app.handlers import Studio
+    from racer_app.models import ModelStore
+    from racer_app.session import Session
+    lm = make_lm()
+    threads: set[str] = set()
+    real = lm.model.forward
+
+    def forward(*a, **kw):
+        threads.add(threading.current_thread().name)
+        return real(*a, **kw)
+    lm.model.forward = forward
+    studio = Studio(ModelStore(lm), LIMITS)
+    sess = Session()
+    for _ in studio.race(sess, 0, PROMPT, "", *settings(max_new=12)):
+        pass
+    for _ in studio.chat(sess, "Say something short.", "", *settings(max_new=8)):
+        pass
+    assert sess.trace is not None and sess.trace.source == "chat"
+    assert threads == {"racer-decode"}

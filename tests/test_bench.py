@@ -8,6 +8,7 @@ import zlib
 import pytest
 import torch
 
+from racer import DecodeConfig
 from racer.bench import BenchSettings, HFMethod, LoopMethod, Row, load_rows, run_benchmark, run_rows
 from racer.bench.__main__ import parse_args
 from racer.bench.runner import parse_capacity
@@ -487,3 +488,21 @@ def test_round_robin_alternates_categories():
     assert [r.question_id for r in select_rows(rows, per_category=2, round_robin=True, limit=4)] == ["0", "3", "5", "1"]
     assert [r.question_id for r in select_rows(rows)] == ["0", "1", "2", "3", "4", "5"]
     assert parse_args(["--out", "x", "--round-robin"]).round_robin
+
+
+def test_sizer_variants_run_side_by_side(lm, tmp_path, monkeypatch):
+    # racer@auto-cal / racer@auto-nocal: an A/B of the sizer's calibration in one interleaved run.
+    monkeypatch.setenv("RACER_CACHE", str(tmp_path))
+    cal, nocal = get_method("racer@auto-cal"), get_method("racer@auto-nocal")
+    assert cal.capacity == nocal.capacity == "auto"
+    assert cal.sizer_options == {"calibrate": True} and nocal.sizer_options == {"calibrate": False}
+    with pytest.raises(ValueError, match="auto-cal"):
+        get_method("racer@auto-maybe")
+    convs = {m.name: m.conversation(lm) for m in (cal, nocal)}
+    for conv in convs.values():
+        conv.run(encode([{"role": "user", "content": ROWS[0].turns[0]}]),
+                 DecodeConfig(max_new_tokens=12, capacity="auto"))
+    assert convs["racer@auto-cal"].sizer.calibrate is True
+    assert sum(convs["racer@auto-cal"].sizer.calibration.count.values()) > 0
+    assert convs["racer@auto-nocal"].sizer.calibrate is False
+    assert convs["racer@auto-nocal"].sizer.calibration.count == {}

@@ -11,7 +11,8 @@ import pytest
 
 from racer import DecodeConfig, make_drafter
 from racer.costcurve import CostCurve
-from racer.race import DISTURBED, Race
+from racer.race import Race
+from racer.sizing import DISTURBED
 from racer.tiny import tiny_lm
 
 V = 96
@@ -155,3 +156,61 @@ def test_a_few_hiccups_are_not_called_a_busy_machine():
     assert "machine was busy" in disturbed_md(lanes)
     lanes = {m: SimpleNamespace(disturbed_steps=0, checked_forwards=30) for m in ("racer", "ar")}
     assert disturbed_md(lanes) == ""
+
+
+def test_picture_data_is_timed_apart_and_not_charged(lm):
+    # The page's pictures (detail) are the drafter's own timed block: they reach the step as
+    # timings["picture_ms"], stay out of draft_ms (what the sizer learns from) and off the clock.
+    drafters = {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")}
+    automaton = drafters["racer"].automaton
+    real_snapshot = automaton.snapshot
+
+    def slow_snapshot(*a, **kw):
+        time.sleep(0.02)
+        return real_snapshot(*a, **kw)
+    automaton.snapshot = slow_snapshot
+    race = Race(lm, prompt(), drafters, DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=generous_curve())
+    recs = [rec for lane, rec in race if lane.method == "racer" and rec.forwarded]
+    racer = race.lanes["racer"]
+    assert recs and all(r.timings["picture_ms"] >= 20 and r.timings["draft_ms"] < 20 for r in recs)
+    assert racer.compute_s < len(recs) * 0.02
+
+
+def test_a_busy_machine_does_not_change_what_a_sized_lane_drafts(lm):
+    # Sizers learn nothing from a disturbed forward: planted sleeps on every 3rd forward leave
+    # the trees (hence the tokens and the forwards) exactly those of a quiet race with the same
+    # timing otherwise. The curve is tight, so a sleep is disturbed and a tiny real forward is not.
+    from racer.sizing import Sizer
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    curve = CostCurve(sizes, [64, 512], [[5.0 + 0.1 * s for s in sizes]] * 2, {"test": "tight"})
+
+    def race_once(sleep_every: int | None, skip: bool = True):
+        sizer = Sizer(curve, skip_disturbed=skip, calibrate=True)
+        # Quiet forwards all look alike to the sizer (the curve's own time), so only the
+        # disturbed ones could change its choices.
+        observe = sizer.observe
+
+        def steady(tree, accepted, timings):
+            if timings.get("forward_ms", 0.0) < SLEEP_S * 1e3:
+                # The overhead stays at its starting 1 ms, the calibration at 1.
+                timings = {"forward_ms": curve.t(len(tree), 64), "draft_ms": 1.0}
+            observe(tree, accepted, timings)
+        sizer.observe = steady
+        restore = sleepy(lm, every=sleep_every) if sleep_every else (lambda: None)
+        try:
+            race = Race(lm, prompt(), {"racer": make_drafter("racer", vocab_size=V)},
+                        DecodeConfig(max_new_tokens=48, capacity="auto"), cost_curve=curve,
+                        run_kwargs={"racer": {"sizer": sizer}})
+            sizes = [len(rec.tree) for _, rec in race if rec.forwarded]
+        finally:
+            restore()
+        return race.lanes["racer"], sizer, sizes
+
+    quiet, qs, quiet_sizes = race_once(None)
+    busy, bs, busy_sizes = race_once(3)
+    assert busy.disturbed_steps >= 2
+    assert busy_sizes == quiet_sizes and busy.tokens == quiet.tokens
+    assert bs.calibration.factors(64) == qs.calibration.factors(64) and bs.overhead_ms == qs.overhead_ms == 1.0
+    # A sizer that learns from them too (version-1 traces) drafts other trees under the same load.
+    _, _, learning_sizes = race_once(3, skip=False)
+    assert learning_sizes != quiet_sizes

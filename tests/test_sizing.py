@@ -226,7 +226,7 @@ def test_sizer_drafts_less_when_its_forwards_run_over_the_curve():
     # fresh one with the same acceptance estimates.
     curve = CostCurve([1, 2, 4, 8, 16], [100], [[10.0, 10.2, 10.4, 10.8, 11.6]], {}, "")
     tree = random_tree(random.Random(2), 16)
-    fresh, slow = Sizer(curve), Sizer(curve)
+    fresh, slow = Sizer(curve), Sizer(curve, calibrate=True)
     for T in range(1, 17):
         for _ in range(3):
             slow.calibration.observe(T, 10.0 * (1 + 0.4 * (T - 1)), curve.t(T, 100))
@@ -237,3 +237,61 @@ def test_sizer_drafts_less_when_its_forwards_run_over_the_curve():
     n = sum(slow.calibration.count.values())
     slow.observe(a, [0], {"forward_ms": 12.0, "draft_ms": 0.1})
     assert sum(slow.calibration.count.values()) == n + 1
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_a_disturbed_forward_teaches_the_sizer_nothing(skip):
+    # A forward DISTURBED x over the curve measured the machine's load, not the tree: the sizer
+    # keeps its calibration and overhead (so load does not shrink the trees a race draws), but
+    # still learns what was accepted. skip_disturbed=False (how version-1 traces were recorded)
+    # learns from it like any other.
+    from racer.sizing import DISTURBED
+    curve = CostCurve([1, 2, 4, 8, 16], [100], [[10.0, 10.2, 10.4, 10.8, 11.6]], {}, "")
+    tree = random_tree(random.Random(3), 16)
+    sizer = Sizer(curve, skip_disturbed=skip, calibrate=True)
+    assert sizer.settings["skip_disturbed"] is skip
+    kept = sizer.size(tree, 100)
+    predicted = curve.t(len(kept), 100)
+    accepted = [0] + [i for i in range(1, len(kept)) if kept.parents[i] == 0][:1]
+    sizer.observe(kept, accepted, {"forward_ms": DISTURBED * predicted * 1.01, "draft_ms": 9.0})
+    if skip:
+        assert sizer.calibration.count == {} and sizer.overhead_ms == 1.0
+    else:
+        assert sum(sizer.calibration.count.values()) == 1 and sizer.overhead_ms == pytest.approx(0.9 + 0.9)
+    # A quiet forward is learnt either way; picture data (the page's work) is not overhead.
+    kept = sizer.size(tree, 100)
+    before = sizer.overhead_ms
+    sizer.observe(kept, [0], {"forward_ms": curve.t(len(kept), 100), "draft_ms": 0.5, "picture_ms": 50.0})
+    assert sizer.overhead_ms == pytest.approx(0.9 * before + 0.05)
+    assert sum(sizer.calibration.count.values()) == (1 if skip else 2)
+
+
+def test_acceptance_is_learnt_from_a_disturbed_step_too():
+    from racer.sizing import DISTURBED
+    curve = CostCurve([1, 2, 4, 8, 16], [100], [[10.0, 10.2, 10.4, 10.8, 11.6]], {}, "")
+    tree = random_tree(random.Random(4), 16)
+    quiet, busy = Sizer(curve), Sizer(curve)
+    kept = quiet.size(tree, 100)
+    assert busy.size(tree, 100).tokens == kept.tokens
+    path = [0] + [i for i in range(1, len(kept)) if kept.parents[i] == 0][:1]
+    before = quiet.model.estimate(tree, quiet.burst)
+    for s, ms in ((quiet, 1.0), (busy, DISTURBED * 3)):
+        s.observe(kept, path, {"forward_ms": ms * curve.t(len(kept), 100)})
+    # The same acceptance evidence, whatever the clock said.
+    assert busy.burst == quiet.burst
+    assert busy.model.estimate(tree, busy.burst) == quiet.model.estimate(tree, quiet.burst) != before
+
+
+def test_an_uncalibrated_sizer_decides_from_the_curve_alone():
+    # The default: the trees depend on the curve and what was accepted, never on how long this
+    # decoding's own forwards happened to take.
+    curve = CostCurve([1, 2, 4, 8, 16], [100], [[10.0, 10.2, 10.4, 10.8, 11.6]], {}, "")
+    tree = random_tree(random.Random(5), 16)
+    a, b = Sizer(curve), Sizer(curve)
+    assert a.settings["calibrate"] is False
+    for s, ms in ((a, 1.0), (b, 1.45)):          # b's forwards ran 45 % over: quiet, but slow
+        for _ in range(8):
+            kept = s.size(tree, 100)
+            s.observe(kept, [0], {"forward_ms": ms * curve.t(len(kept), 100), "draft_ms": 0.4})
+    assert a.calibration.count == b.calibration.count == {}
+    assert a.size(tree, 100).tokens == b.size(tree, 100).tokens

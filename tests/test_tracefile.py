@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 import pytest
 
 from racer import anatomy as A
 from racer import DecodeConfig, DecodeRun, make_drafter
 from racer.records import run_numbers
-from racer.replay import Turn
+from racer.replay import ReplayError, Turn
 from racer.sizing import Sizer
 from racer.tiny import TinyTokenizer, tiny_lm
 from racer_app import tracefile
@@ -103,3 +104,43 @@ def test_the_shipped_traces_replay_exactly():
                 evicted += len(s.info.get("evicted") or [])
         if "48 nodes" in row["title"]:
             assert evicted > 0, "the small-automaton example shows evictions"
+
+
+def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path):
+    # Version 1 sizers learnt from disturbed forwards too. Every third forward sleeps 30 ms
+    # (about 3x the curve): recorded that way, the run replays only if the file's sizer learns
+    # from those forwards again.
+    lm = tiny_lm(vocab=V, seed=3, max_context=1024)
+    real, calls = lm.model.forward, [0]
+
+    def busy_forward(*a, **kw):
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            time.sleep(0.03)
+        return real(*a, **kw)
+    lm.model.forward = busy_forward
+    sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True)
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=60), sizer=sizer)
+    steps = list(run)
+    tok = TinyTokenizer(V)
+    old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
+                title="v1", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
+                cost_curve=CURVE, turns=[Turn(run.start, steps)],
+                drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
+    d = json.loads(tracefile.save(old, tmp_path / "v2.json").read_text())
+    assert d["version"] == tracefile.VERSION == 2
+    d["version"] = 1
+    del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"]
+    (tmp_path / "v1.json").write_text(json.dumps(d))
+    back = tracefile.load(tmp_path / "v1.json")
+    assert back.sizer["skip_disturbed"] is False and back.sizer["calibrate"] is True
+    rep = back.replay()
+    for k in range(back.n):
+        rep.before(k)                    # ReplayError if the sizer chose other trees
+    # Read as version 2 (the current defaults) it does not replay: the settings matter.
+    d["version"] = 2
+    (tmp_path / "v2b.json").write_text(json.dumps(d))
+    rep = tracefile.load(tmp_path / "v2b.json").replay()
+    with pytest.raises(ReplayError):
+        for k in range(back.n):
+            rep.before(k)

@@ -103,7 +103,8 @@ def cost_curve_from_step(step: Any, curve: Any, hardware: str | None = None) -> 
     rates = list(info.get("rates") or [])
     sizes = list(range(1, len(rates) + 1)) or list(getattr(curve, "sizes", [1]))
     table = curve.table(int(get(step, "context_len", 0) or 0), sizes)
-    # Sizing's own costs (the curve calibrated against this decoding's forwards) when recorded.
+    # Sizing's own costs when recorded (the curve, scaled by the decoding's own forwards where the
+    # sizer calibrates: Sizer(calibrate=True)).
     ms = list(info.get("cost_ms") or [])
     if len(ms) != len(table["sizes"]):
         ms = list(table["ms"])

@@ -120,7 +120,8 @@ class LoopMethod(BenchMethod):
 
     def __init__(self, name: str, factory: Callable[[LoadedModel], Drafter] | None = None,
                  accept: Callable[..., tuple[list[int], int]] | None = None,
-                 capacity: int | str | None = None, drafter: str | None = None) -> None:
+                 capacity: int | str | None = None, drafter: str | None = None,
+                 sizer_options: dict[str, Any] | None = None) -> None:
         self.name = name
         drafter = drafter or name
         self.factory = factory or (lambda lm: make_drafter(drafter, vocab_size=lm.vocab_size))
@@ -128,6 +129,8 @@ class LoopMethod(BenchMethod):
         #: Overrides the run's capacity for this method only ("racer@8": a capacity sweep in one
         #: interleaved run, so every capacity sees the same machine state).
         self.capacity = capacity
+        #: Sizer settings for this method only ("racer@auto-nocal": an uncalibrated sizer).
+        self.sizer_options = dict(sizer_options or {})
 
     def conversation(self, lm: LoadedModel) -> Conversation:
         return LoopConversation(self, lm)
@@ -145,7 +148,7 @@ class LoopConversation(Conversation):
         if cfg.capacity != "auto":
             return None
         if self.sizer is None:
-            self.sizer = Sizer(get_cost_curve(self.lm))
+            self.sizer = Sizer(get_cost_curve(self.lm), **self.method.sizer_options)
         return self.sizer
 
     def run(self, input_ids: list[int], cfg: DecodeConfig) -> Outcome:
@@ -303,17 +306,24 @@ class HFConversation(Conversation):
                        forwards=len(lengths) if ok else None)
 
 
+SIZER_VARIANTS: dict[str, dict[str, Any]] = {"auto-cal": {"calibrate": True}, "auto-nocal": {"calibrate": False}}
+
+
 def get_method(spec: str | BenchMethod) -> BenchMethod:
     """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is. A loop
-    method may fix its own capacity: `racer@8`, `tr@auto`."""
+    method may fix its own capacity: `racer@8`, `tr@auto`, and its sizer's calibration:
+    `racer@auto-cal`, `racer@auto-nocal` (an A/B of `Sizer(calibrate=...)` in one run)."""
     if isinstance(spec, BenchMethod):
         return spec
     if "@" in spec:
         base, _, cap = spec.partition("@")
         if base not in LOOP_METHODS:
             raise ValueError(f"{spec!r}: only decode-loop methods take a capacity ({', '.join(LOOP_METHODS)})")
+        if cap in SIZER_VARIANTS:
+            return LoopMethod(spec, capacity="auto", drafter=base, sizer_options=SIZER_VARIANTS[cap])
         if cap != "auto" and not (cap.isdigit() and int(cap) >= 1):
-            raise ValueError(f"{spec!r}: the capacity after '@' must be 'auto' or a whole number >= 1")
+            raise ValueError(f"{spec!r}: the capacity after '@' must be 'auto', "
+                             f"{', '.join(SIZER_VARIANTS)} or a whole number >= 1")
         return LoopMethod(spec, capacity=cap if cap == "auto" else int(cap), drafter=base)
     if spec in HF_METHODS:
         return HFMethod(spec, prompt_lookup=PLD_TOKENS if "pld" in spec else None, stock_kernel=spec.endswith("-stock"))

@@ -174,6 +174,7 @@ class RacerDrafter(Drafter):
             "draft_breakdown": d.breakdown,
         }
         if self.detail:
+            t = perf_counter()
             if self.retrieval:
                 selected = set(cont.borders) if cont is not None else set()
                 for i, node in enumerate(d.placed):
@@ -183,6 +184,7 @@ class RacerDrafter(Drafter):
             if d.expansion is not None:
                 info["copy_rows"] = self._rows_used(root, d.expansion, [i for i, n in enumerate(d.logits_nodes)
                                                                         if n >= 0])
+            info["picture_ms"] = (perf_counter() - t) * 1e3
         tree.info = info
         return tree
 

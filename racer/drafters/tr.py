@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -82,8 +83,10 @@ class TokenRecyclingDrafter(Drafter):
             placed.append(node)
         tree.info = {"capacity": int(capacity), "template_nodes": len(self.template)}
         if self.detail:
+            t0 = perf_counter()
             used = [tree.tokens[i] for i in dict.fromkeys(tree.parents[1:])][:12]
             tree.info["copy_rows"] = [{"token": t, "row": list(row(t))} for t in used]
+            tree.info["picture_ms"] = (perf_counter() - t0) * 1e3
         return tree
 
     def observe(self, step: Verified) -> dict[str, Any] | None:
