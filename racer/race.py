@@ -88,7 +88,6 @@ class Lane:
     """One method's progress in a race."""
     method: str
     run: DecodeRun
-    detail: bool = False
     compute_s: float = 0.0              # own decoding compute: its steps (prefill and picture overhead excluded)
     prefill_s: float = 0.0              # its prefill, as measured
     disturbed_steps: int = 0            # steps whose forward took > DISTURBED x the cost curve's time
@@ -173,7 +172,7 @@ class Race:
             cfg = dataclasses.replace(cfg, detail=method in detail_for)
             extra = dict((run_kwargs or {}).get(method) or {})
             run = DecodeRun(lm, input_ids, drafter, cfg, stop_event=self._halt, new_from=new_from, **extra)
-            self.lanes[method] = Lane(method, run, detail=cfg.detail)
+            self.lanes[method] = Lane(method, run)
         self.wall_s = 0.0
 
     # -- scheduling ------------------------------------------------------------------------
@@ -219,7 +218,8 @@ class Race:
                     lane.compute_s += time.perf_counter() - t
                     self._finish(lane)
                     continue
-                dt = max(0.0, dt - self._picture_overhead(lane, rec))
+                # Picture data is the page's work: the drafter times it, DecodeRun reports it apart.
+                dt = max(0.0, dt - float(rec.timings.get("picture_ms", 0.0)) / 1e3)
                 if lane.steps == 0 and lane.run.prefill_ms is not None:
                     # The first next() ran the prefill too: it is kept apart from the decoding clock.
                     lane.prefill_s = min(dt, lane.run.prefill_ms / 1e3)
@@ -245,12 +245,6 @@ class Race:
             lane.disturbed_steps += 1
         lane.charges.append((dt, measured, expected))
         lane.compute_s += dt
-
-    @staticmethod
-    def _picture_overhead(lane: Lane, rec: StepRecord) -> float:
-        """Seconds the step spent on picture data (the drafter times it; `DecodeRun` keeps it out
-        of `draft_ms` as `picture_ms`)."""
-        return float(rec.timings.get("picture_ms", 0.0)) / 1e3
 
     def _finish(self, lane: Lane) -> None:
         lane.done = True

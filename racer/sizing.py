@@ -199,9 +199,9 @@ def disturbed(measured_ms: float, predicted_ms: float | None) -> bool:
 #: shipped prompts (AVX512-BF16, bfloat16, 256 tokens, one interleaved run of
 #: `racer@auto-cal,racer@auto-nocal`) calibrating gave 1.82x `ar` against 1.78x without (the
 #: Spec-Bench mean 1.97x against 1.96x), within that run's noise, while it makes every
-#: decoding's trees follow its own forwards' jitter: the same prompt drafted 6.8-8.1 nodes a step
-#: and accepted 3.8-4.6 tokens per forward over three quiet runs, against one tree sequence and
-#: 5.1 without (docs/PERFORMANCE.md, "Sizing").
+#: decoding's trees follow its own forwards' jitter: "Extract to JSON" drafted 7.2-7.7 nodes a
+#: step and accepted 4.00-4.27 tokens per forward over three quiet runs, against 9.5 and 5.33 in
+#: every run without (scripts/sizing_jitter.py; docs/PERFORMANCE.md §4 and §8).
 CALIBRATE = False
 
 
@@ -266,16 +266,17 @@ class SizePlan:
 
 
 class Sizer:
-    """Per-session sizing state: the acceptance model, the per-step overhead estimate and the
-    calibration of the cost curve against this decoding's own forwards."""
+    """Per-session sizing state: the acceptance model, the per-step overhead estimate and (with
+    `calibrate`) the calibration of the cost curve against this decoding's own forwards."""
 
     def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True,
                  skip_disturbed: bool = True, calibrate: bool = CALIBRATE) -> None:
         """`skip_disturbed`: learn the calibration and the overhead only from steps whose forward
         was not `disturbed`. Without it a busy machine shrinks the trees (beside a busy-loop
-        process on one of two cores, "Extract to JSON" drafted 5-6 nodes a step instead of 8-9
-        and accepted 3.2-3.5 tokens per forward instead of 4.6-5.1), so a race under load
-        measured another method than a quiet one (docs/PERFORMANCE.md, "The race's clock").
+        process on one of two cores, "Extract to JSON" drafted 4.7-5.2 nodes a step instead of
+        8.8 and accepted 3.05-3.20 tokens per forward instead of 5.12: scripts/sizing_jitter.py
+        --busy), so a race under load measured another method than a quiet one
+        (docs/PERFORMANCE.md, "The race's clock").
         `calibrate`: scale the curve by this decoding's own forwards (`ForwardCalibration`)."""
         self.curve = curve
         #: The arguments besides the curve, so a replay makes the same sizer (racer.replay).

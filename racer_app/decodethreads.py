@@ -11,8 +11,8 @@ that starts a parallel region keeps a pool of worker threads until it exits. Onc
 more such threads than it has CPUs, libgomp stops spinning between parallel regions: its workers
 go to sleep after every region, and each of a forward's few hundred regions waits for a wake-up.
 Gradio runs handlers on a pool of worker threads, so decodes landed on several of them and the
-warm-up ran on its own: on a 2-core CPU an `ar` forward of the default model (bfloat16) took 15 ms
-from one thread and 28-30 ms from a second one while the first kept its pool
+warm-up ran on its own: on a 2-core CPU an `ar` forward of the default model (bfloat16) took
+16-19 ms from one thread and 31-36 ms from a second one while the first kept its pool
 (`python scripts/omp_threads.py`). With every forward on the slot's one thread the server decodes
 as fast as a script, and a race's lanes are timed as the benchmark times them.
 
