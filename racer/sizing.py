@@ -27,6 +27,10 @@ _DEEP_COPY = 0.85
 #: measured on the shipped prompts (racer, capacity 40, 128 tokens, 2,000 logits nodes whose
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
 #: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md, "Sizing").
+#: The prior q of a prompt-lookup chain node by how far its match agrees backwards
+#: (`run_bucket`) and its depth (1, 2, 3+): a chain whose match runs back 16 tokens is a
+#: passage being copied, one that matched 1-2 tokens is a guess.
+_RUN_PRIOR = ((0.3, 0.6, 0.75), (0.6, 0.7, 0.85), (0.8, 0.8, 0.8), (0.8, 0.85, 0.95), (0.95, 0.95, 0.99))
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 
@@ -42,9 +46,11 @@ def p_bucket(p: float | None) -> int:
 
 
 @lru_cache(maxsize=None)  # called for every candidate node at every step; few distinct keys
-def _prior(source: str, rank: int, depth: int = 1, burst: int = 0, pb: int = -1) -> float:
+def _prior(source: str, rank: int, depth: int = 1, burst: int = 0, pb: int = -1, rb: int = -1) -> float:
     # "retrieval+lookup" etc.: a node two sources proposed is at least as likely as either's.
     base = max(_PRIOR.get(s, 0.3) for s in source.split("+"))
+    if rb >= 0:
+        return max(base if source != "lookup" else 0.0, _RUN_PRIOR[rb][min(depth, 3) - 1])
     if source in ("logits", "template"):
         if pb >= 0:
             return _P_PRIOR[pb]
@@ -66,10 +72,14 @@ class AcceptanceModel:
     #: Pseudo-counts of each level's parent estimate, coarse to fine.
     weights: tuple[float, ...] = (4.0, 4.0, 4.0)
     counts: dict[tuple, list[float]] = field(default_factory=dict)
+    #: Tell prompt-lookup chain nodes apart by how far their match agrees backwards.
+    match_run: bool = True
 
     @staticmethod
-    def features(tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0) -> tuple[tuple, ...]:
-        """Bucket keys from coarse to fine; each refines the one before it."""
+    def features(tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0,
+                 match_run: bool = True) -> tuple[tuple, ...]:
+        """Bucket keys from coarse to fine; each refines the one before it. `match_run`: tell
+        chain nodes apart by how far their match agrees backwards (`run_bucket`)."""
         src = tree.sources[node]
         meta = tree.meta[node] if tree.meta else {}
         if meta.get("lookup") and src != "lookup":  # also on racer's prompt-lookup chain
@@ -82,7 +92,7 @@ class AcceptanceModel:
             total = sibling_freq.get(tree.parents[node], 0) or 1
             share_b = min(int(4 * freq / total), 3)
             bd_b = min(int(meta.get("border_depth", 0)), 8) // 2
-        coarse = (src, depth, rank)
+        coarse = (src, depth, rank, run_bucket(meta.get("run")) if match_run else -1)
         mid = coarse + (burst, p_bucket(meta.get("p_row")))
         return coarse, mid, mid + (share_b, bd_b)
 
@@ -95,7 +105,7 @@ class AcceptanceModel:
         return out
 
     def _q(self, keys: tuple[tuple, ...]) -> float:
-        q = _prior(keys[0][0], keys[0][2], keys[0][1], keys[1][3], keys[1][4])
+        q = _prior(keys[0][0], keys[0][2], keys[0][1], keys[1][4], keys[1][5], keys[0][3])
         for key, weight in zip(keys, self.weights):
             a, n = self.counts.get(key, (0.0, 0.0))
             q = (a + weight * q) / (n + weight)
@@ -106,7 +116,7 @@ class AcceptanceModel:
         sib = self._sibling_freq(tree)
         p = [1.0] * len(tree)
         for i in range(1, len(tree)):
-            p[i] = p[tree.parents[i]] * self._q(self.features(tree, i, sib, burst))
+            p[i] = p[tree.parents[i]] * self._q(self.features(tree, i, sib, burst, self.match_run))
         return p
 
     def update(self, tree: DraftTree, accepted: list[int], burst: int = 0) -> None:
@@ -117,7 +127,7 @@ class AcceptanceModel:
             if tree.parents[i] not in on_path:
                 continue
             hit = 1.0 if i in on_path else 0.0
-            for key in self.features(tree, i, sib, burst):
+            for key in self.features(tree, i, sib, burst, self.match_run):
                 c = self.counts.setdefault(key, [0.0, 0.0])
                 c[0] += hit
                 c[1] += 1.0
@@ -176,6 +186,14 @@ def prune(tree: DraftTree, keep: list[int], probs: list[float] | None = None) ->
         for new, old in enumerate(keep):
             out.meta[new]["p_accept"] = round(probs[old], 4)
     return out
+
+
+def run_bucket(run: int | None) -> int:
+    """-1 (not on the prompt-lookup chain), then 0..4 by how far its match agrees backwards:
+    1-2, 3, 4-7, 8-15, 16+ tokens."""
+    if not run:
+        return -1
+    return 0 if run <= 2 else 1 if run == 3 else 2 if run < 8 else 3 if run < 16 else 4
 
 
 def burst_bucket(accepted_drafts: int) -> int:
@@ -270,24 +288,26 @@ class Sizer:
     `calibrate`) the calibration of the cost curve against this decoding's own forwards."""
 
     def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True,
-                 skip_disturbed: bool = True, calibrate: bool = CALIBRATE) -> None:
+                 skip_disturbed: bool = True, calibrate: bool = CALIBRATE, match_run: bool = True) -> None:
         """`skip_disturbed`: learn the calibration and the overhead only from steps whose forward
         was not `disturbed`. Without it a busy machine shrinks the trees (beside a busy-loop
         process on one of two cores, "Extract to JSON" drafted 4.7-5.2 nodes a step instead of
         8.8 and accepted 3.05-3.20 tokens per forward instead of 5.12: scripts/sizing_jitter.py
         --busy), so a race under load measured another method than a quiet one
         (docs/PERFORMANCE.md, "The race's clock").
-        `calibrate`: scale the curve by this decoding's own forwards (`ForwardCalibration`)."""
+        `calibrate`: scale the curve by this decoding's own forwards (`ForwardCalibration`).
+        `match_run`: learn and judge a prompt-lookup chain by how far its match agrees backwards
+        (`run_bucket`); off, every chain node of a depth and rank shares one estimate."""
         self.curve = curve
         #: The arguments besides the curve, so a replay makes the same sizer (racer.replay).
         self.settings = {"max_size": max_size, "pool_factor": pool_factor, "burst": burst,
-                         "skip_disturbed": skip_disturbed, "calibrate": calibrate}
+                         "skip_disturbed": skip_disturbed, "calibrate": calibrate, "match_run": match_run}
         self.skip_disturbed, self.calibrate = skip_disturbed, calibrate
         self.max_size = max_size or max(curve.sizes)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
         # the drafter's fixed order, e.g. retrieval before logits) decides what fills the tree.
         self.pool_size = self.max_size * max(1, pool_factor)
-        self.model = AcceptanceModel()
+        self.model = AcceptanceModel(match_run=match_run)
         self.overhead_ms = 1.0  # draft + acceptance + cache + update; tracked as a moving average
         # Without drafts nothing is learned: a drafter sized to zero by pessimistic priors would
         # stay there. Every `explore_every`-th undrafted step verifies the top few candidates.

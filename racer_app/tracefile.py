@@ -29,7 +29,8 @@ from .session import Trace
 
 FORMAT = "racer-studio-trace"
 #: 2: the sizer settings `skip_disturbed` and `calibrate` (version 1 sizers calibrated, disturbed or not).
-VERSION = 2
+#: 3: the sizer setting `match_run` (earlier sizers judged every chain node alike).
+VERSION = 3
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
 
@@ -126,11 +127,12 @@ def _check_replay_settings(drafter: Any, sizer: Any) -> None:
             raise TraceFileError(f"the trace's drafter setting {k}={val!r} is not one this app records")
     if sizer is None:
         return
-    if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst", "skip_disturbed", "calibrate"}:
+    if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst", "skip_disturbed", "calibrate",
+                                                           "match_run"}:
         raise TraceFileError("the trace's sizer settings are not valid")
     ms, pf = sizer.get("max_size"), sizer.get("pool_factor", 2)
     if (ms is not None and not (isinstance(ms, int) and 1 <= ms <= 1024)) or not (isinstance(pf, int) and 1 <= pf <= 8) \
-            or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate")):
+            or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate", "match_run")):
         raise TraceFileError("the trace's sizer settings are out of range")
 
 
@@ -156,9 +158,12 @@ def trace_from_dict(d: Any) -> Trace:
                 raise TraceFileError(f"step {s.index + 1} asks for a tree of more than {MAX_NODES} nodes")
         sizer = d.get("sizer")
         _check_replay_settings(d.get("drafter"), sizer)
-        if sizer is not None and int(d.get("version") or 0) < 2:
+        version = int(d.get("version") or 0)
+        if sizer is not None and version < 2:
             # Version 1 was recorded by a sizer that calibrated and learnt from disturbed forwards too.
             sizer = {**sizer, "skip_disturbed": False, "calibrate": True}
+        if sizer is not None and version < 3:
+            sizer = {**sizer, "match_run": False}
         turns = None
         raw_turns = d.get("turns") or []
         if raw_turns:

@@ -85,6 +85,7 @@ def main() -> int:
     cols = ("T", "kept", "pool", "retrieval", "chain", "hf-pld", "recent-2/10")
     by_cat: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     q_chain: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    q_run: dict[tuple[int, int], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     lost = lost_tokens = 0
     tokens = forwards = 0
     cost = cost_ar = 0.0
@@ -121,9 +122,11 @@ def main() -> int:
                 lost += 1
                 lost_tokens += c["chain"][-1] - kept
         for key, (a, n) in sizer.model.counts.items():
-            if len(key) == 3 and "lookup" in key[0]:       # the coarse (source, depth, rank) buckets
+            if len(key) == 4 and "lookup" in key[0]:       # the coarse (source, depth, rank, run) buckets
                 q_chain[key[1]][0] += a
                 q_chain[key[1]][1] += n
+                q_run[(key[3], min(key[1], 3))][0] += a
+                q_run[(key[3], min(key[1], 3))][1] += n
         print(f"{row.category} {row.question_id}: MAT {len(run.result.token_ids) / run.result.forwards:.2f}",
               file=sys.stderr, flush=True)
 
@@ -143,6 +146,9 @@ def main() -> int:
           f"{lost_tokens} draft tokens ({lost_tokens / max(1, sum(total['kept'])):.0%} of those accepted)")
     print("chain nodes' learned q by depth (6 = 6 and deeper): " +
           ", ".join(f"d{d} {a / n:.2f} ({int(n)})" for d, (a, n) in sorted(q_chain.items()) if n))
+    print("chain nodes' learned q by how far the match agrees backwards (run bucket 0: 1-2 tokens, 1: 3, "
+          "2: 4-7, 3: 8-15, 4: 16+) and depth (3 = 3 and deeper): " +
+          ", ".join(f"r{r}d{d} {a / n:.2f} ({int(n)})" for (r, d), (a, n) in sorted(q_run.items()) if n))
     return 0
 
 

@@ -119,7 +119,7 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path)
             time.sleep(0.03)
         return real(*a, **kw)
     lm.model.forward = busy_forward
-    sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True)
+    sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True, match_run=False)
     run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=60), sizer=sizer)
     steps = list(run)
     tok = TinyTokenizer(V)
@@ -127,13 +127,14 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path)
                 title="v1", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
                 cost_curve=CURVE, turns=[Turn(run.start, steps)],
                 drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
-    d = json.loads(tracefile.save(old, tmp_path / "v2.json").read_text())
-    assert d["version"] == tracefile.VERSION == 2
+    d = json.loads(tracefile.save(old, tmp_path / "v3.json").read_text())
+    assert d["version"] == tracefile.VERSION == 3
     d["version"] = 1
-    del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"]
+    del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"], d["sizer"]["match_run"]
     (tmp_path / "v1.json").write_text(json.dumps(d))
     back = tracefile.load(tmp_path / "v1.json")
     assert back.sizer["skip_disturbed"] is False and back.sizer["calibrate"] is True
+    assert back.sizer["match_run"] is False
     rep = back.replay()
     for k in range(back.n):
         rep.before(k)                    # ReplayError if the sizer chose other trees

@@ -10,6 +10,25 @@ from ..tree import DraftTree
 from .base import Drafter
 
 
+#: Longest backward agreement `match_run` looks for.
+MAX_RUN = 32
+
+
+def match_run(context: list[int], end: int, root: int) -> int:
+    """How many tokens, ending at the matched occurrence's `end`, agree with the text ending at
+    the root (the root included), up to `MAX_RUN`. Prompt lookup matches 3 tokens at most; a run
+    of 20 says the model is copying a passage, and the continuation is far likelier to hold."""
+    here = len(context)  # the root's position
+    run = 0
+    while run < MAX_RUN and end - run >= 0:
+        a = context[end - run]
+        b = root if run == 0 else context[here - run]
+        if a != b:
+            break
+        run += 1
+    return run
+
+
 class PLDDrafter(Drafter):
     name = "pld"
 
@@ -67,5 +86,6 @@ class PLDDrafter(Drafter):
                 for i, t in enumerate(cont[:limit]):
                     tree.add(i, t, "lookup", 0)
                 tree.info["match_len"] = n
+                tree.info["match_run"] = match_run(context, end, root)
                 return tree
         return tree

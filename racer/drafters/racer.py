@@ -141,11 +141,12 @@ class RacerDrafter(Drafter):
             chain = self.lookup.propose(context, root, 1 + budget)
             d.chain_match = int(chain.info.get("match_len", 0))
             d.chain = chain.tokens[1:]
+            run = int(chain.info.get("match_run", 0))
             at = 0
             for tok in d.chain:
                 if len(tree) > budget and tree.child(at, tok) < 0:
                     break  # full: the chain may only merge into what is there
-                at = tree.add(at, tok, "lookup", 0, lookup=1)
+                at = tree.add(at, tok, "lookup", 0, lookup=1, run=run)
                 d.chain_nodes.append(at)
         t2 = perf_counter()
 
