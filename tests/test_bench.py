@@ -416,7 +416,17 @@ def test_cli_end_to_end(lm, tmp_path, monkeypatch):
     assert s["data"]["limit"] == 2 and s["settings"]["capacity"] == 8
     assert [x["reason"][:12] for x in s["skipped"]] == ["invalid JSON"]
     assert len((out / "results.jsonl").read_text().splitlines()) == 3 * 3   # q1, q2 (2 turns)
+    assert s["bandwidth"]["weight_bytes"] > 0 and s["bandwidth"]["stream_gbs"] > 0
+    s_bytes = s["bandwidth"]["weight_bytes"]
+    assert "## How close to the machine's limit" in (out / "report.md").read_text()
+    # A run made without the figures gets them on --report-only --add-bandwidth.
+    del s["bandwidth"]
+    (out / "summary.json").write_text(json.dumps(s))
     assert main(["--out", str(out), "--report-only"]) == 0
+    assert "machine's limit" not in (out / "report.md").read_text()
+    assert main(["--out", str(out), "--report-only", "--add-bandwidth"]) == 0
+    assert json.loads((out / "summary.json").read_text())["bandwidth"]["weight_bytes"] == s_bytes
+    assert "## How close to the machine's limit" in (out / "report.md").read_text()
     assert main(argv + ["--methods", "ar,nope"]) == 2   # the last --methods wins: an unknown name
 
 

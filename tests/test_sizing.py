@@ -295,3 +295,56 @@ def test_an_uncalibrated_sizer_decides_from_the_curve_alone():
             s.observe(kept, [0], {"forward_ms": ms * curve.t(len(kept), 100), "draft_ms": 0.4})
     assert a.calibration.count == b.calibration.count == {}
     assert a.size(tree, 100).tokens == b.size(tree, 100).tokens
+
+
+def test_match_run_counts_how_far_the_match_agrees_backwards():
+    from racer.drafters.pld import MAX_RUN, PLDDrafter, match_run
+    ctx = [7, 1, 2, 3, 4, 5, 6, 8, 0, 2, 3, 4]      # the root 5 follows: "2 3 4 5" occurred before
+    assert match_run(ctx, 5, 5) == 4                # 5, 4, 3, 2 agree; 1 against 0 does not
+    tree = PLDDrafter().propose(ctx, 5, 8)
+    assert tree.tokens[1:4] == [6, 8, 0] and tree.info["match_len"] == 3 and tree.info["match_run"] == 4
+    long = list(range(40)) + list(range(39))         # the root 39 closes a 40-token repeat
+    assert match_run(long, 39, 39) == MAX_RUN
+
+
+def test_racer_chain_nodes_carry_their_match_run():
+    ctx = [9, 1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 1, 2, 3, 4]
+    d = make_drafter("racer", vocab_size=32)
+    d.start(ctx, 0, None)
+    tree = d.propose(ctx, 5, 12)
+    chain = [i for i in range(1, len(tree)) if tree.meta[i].get("lookup")]
+    assert [tree.tokens[i] for i in chain][:3] == [6, 7, 8]
+    assert all(tree.meta[i]["run"] == 5 for i in chain)
+
+
+def _chain(run: int) -> DraftTree:
+    t = DraftTree.root_only(1)
+    at = 0
+    for tok in (2, 3, 4):
+        at = t.add(at, tok, "lookup", 0, lookup=1, run=run)
+    return t
+
+
+def test_a_chain_whose_match_runs_far_back_is_judged_likelier():
+    m = AcceptanceModel()
+    far, near = m.estimate(_chain(20)), m.estimate(_chain(1))
+    assert all(f > n for f, n in zip(far[1:], near[1:]))
+    # What each run teaches stays with its bucket: failures of short-run chains do not pull
+    # long-run ones down to their level.
+    for _ in range(30):
+        m.update(_chain(1), [0])
+        m.update(_chain(20), [0, 1, 2, 3])
+    far, near = m.estimate(_chain(20)), m.estimate(_chain(1))
+    assert far[3] > 0.7 and near[1] < 0.15
+    flat = AcceptanceModel(match_run=False)
+    assert flat.estimate(_chain(20)) == flat.estimate(_chain(1))
+
+
+def test_the_sizer_keeps_more_of_a_chain_whose_match_runs_far_back():
+    # Each node costs 30 % of a forward: only a likely one pays.
+    curve = CostCurve([1, 2, 4, 8], [100], [[10.0, 13.0, 19.0, 31.0]], {}, "")
+    far, near = Sizer(curve).size(_chain(20), 100), Sizer(curve).size(_chain(1), 100)
+    assert len(far) == 4 and len(near) < len(far)
+    flat = Sizer(curve, match_run=False)
+    assert flat.settings["match_run"] is False
+    assert len(flat.size(_chain(20), 100)) == len(Sizer(curve, match_run=False).size(_chain(1), 100))

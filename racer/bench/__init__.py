@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from ..models import LoadedModel
+from .bandwidth import measure as measure_bandwidth
 from .costs import measure_cost_curve
 from .data import DEFAULT_DATA, Row, Skipped, load_rows, read_rows, select_rows
 from .methods import ALL_METHODS, HF_METHODS, BenchMethod, Conversation, HFMethod, LoopMethod, Outcome, get_method
@@ -84,10 +85,17 @@ def run_benchmark(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | 
             notes.append("cost curve skipped: interrupted")
         except Exception as e:  # noqa: BLE001 - the benchmark's results matter more than the curve
             notes.append(f"cost curve failed: {e.__class__.__name__}: {e}")
+    bandwidth = None
+    if run.results and not run.interrupted:
+        try:
+            bandwidth = measure_bandwidth(lm.model, lm.device)
+        except Exception as e:  # noqa: BLE001 - as with the curve, the results matter more
+            notes.append(f"bandwidth not measured: {e.__class__.__name__}: {e}")
     info = dict(data or {})
     info.setdefault("questions_run", len({r["question_id"] for r in run.results}))
     info.setdefault("rows_given", len(rows))
     summary = build_summary(lm, run, command=command, data=info, cost_curve=curve)
+    summary["bandwidth"] = bandwidth
     if notes:
         summary["notes"] = notes
     if out is not None:

@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: re-render report.md's tables from --out's summary.json")
+    p.add_argument("--add-bandwidth", action="store_true",
+                   help="with --report-only: measure this machine's streaming bandwidth and the model's weight bytes "
+                        "now (for a run made without them; run it on the machine that ran the benchmark, idle)")
     p.add_argument("--export", nargs=2, action="append", metavar=("FORMAT", "DIR"), default=[],
                    help="also write the answers in another benchmark's format into DIR; FORMAT 'spec-bench': one "
                         "answer file per method, as Spec-Bench's evaluation/speed.py and equal.py read them "
@@ -95,7 +98,18 @@ def print_table(summary: dict, out=sys.stdout) -> None:
         out.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
 
 
-def report_only(out: Path, exports: list[list[str]] | None = None) -> int:
+def add_bandwidth(out: Path, summary: dict) -> None:
+    """Measure the bandwidth figures of a run made without them and write them into its summary.json."""
+    from ..models import load_model
+    from . import _write_json
+    from .bandwidth import measure
+    lm = load_model(summary.get("model_spec") or "default", device=summary.get("device") or "auto",
+                    dtype=summary.get("dtype") or "auto")
+    summary["bandwidth"] = measure(lm.model, lm.device)
+    _write_json(out / "summary.json", summary)
+
+
+def report_only(out: Path, exports: list[list[str]] | None = None, bandwidth: bool = False) -> int:
     import json
     from .report import write_report
     try:
@@ -105,6 +119,8 @@ def report_only(out: Path, exports: list[list[str]] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: cannot read the run in {out}: {e}", file=sys.stderr)
         return 2
+    if bandwidth:
+        add_bandwidth(out, summary)
     for n in write_report(out, summary)["notes"]:
         print(f"note: {n}", file=sys.stderr)
     print(f"wrote {out / 'report.md'}", file=sys.stderr)
@@ -126,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.report_only:
-        return report_only(Path(args.out), args.export)
+        return report_only(Path(args.out), args.export, args.add_bandwidth)
     from ..models import ModelLoadError, load_model
     from . import BenchSettings, get_method, load_rows, parse_capacity, run_benchmark
 

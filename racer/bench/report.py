@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .bandwidth import drawn
 from .costs import interpolate
 
 PLOTS = ("benchmark", "acceptance", "latency", "tokens_vs_time", "cost_curve")
@@ -82,6 +83,23 @@ def overall_table(summary: dict[str, Any]) -> str:
                      _f(o.get("update_ms")), _f(o.get("tree_nodes"), 1)])
     return _table(["method", "turns", "tokens", "MAT", "tokens/s", "speedup vs ar", "Spec-Bench speedup vs ar",
                    "speedup vs hf", "Spec-Bench speedup vs hf", "identical to ar", "ms/step", "draft ms", "forward ms", "update ms", "tree nodes"], rows)
+
+
+def bandwidth_section(summary: dict[str, Any]) -> str:
+    bw = summary["bandwidth"]
+    rows = []
+    for m, d in summary["methods"].items():
+        o = d["overall"]
+        r = drawn(bw, o.get("ms_per_step"))
+        if r is None:
+            continue
+        rows.append([f"`{m}`", _f(r["forwards_per_s"], 1), _f(o.get("mat")), _f(r["weight_gbs"], 1),
+                     "–" if r["of_stream"] is None else f"{100 * r['of_stream']:.0f} %"])
+    text = (f"A forward streams the model's weights, {bw['weight_bytes'] / 1e6:.0f} MB in "
+            f"{summary.get('dtype')}; this machine streams {bw['stream_gbs']:.1f} GB/s ({bw['stream_how']}). "
+            "forwards/s = 1000 / ms per step; weight GB/s = weight bytes x forwards/s (the KV cache a forward "
+            "also reads is left out). Near 100 % a method can only gain by accepting more tokens per forward.")
+    return text + "\n\n" + _table(["method", "forwards/s", "MAT", "weight GB/s", "of streaming bandwidth"], rows)
 
 
 def category_table(summary: dict[str, Any], key: str = "speedup_vs_ar") -> str:
@@ -202,6 +220,8 @@ def render_markdown(summary: dict[str, Any], plots: dict[str, dict[str, str | No
               category_table(summary, "specbench_speedup_vs_ar"), ""]
     if any(d["overall"].get("speedup_vs_hf") is not None for d in summary["methods"].values()):
         L += ["## Per category: MAT / speedup vs hf generate()", "", category_table(summary, "speedup_vs_hf"), ""]
+    if summary.get("bandwidth"):
+        L += ["## How close to the machine's limit", "", bandwidth_section(summary), ""]
     L += ["## Identical outputs", "", identical_section(summary)]
     L += ["## Plots", ""]
     titles = {"benchmark": "MAT and speedup per category and method",
