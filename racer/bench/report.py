@@ -95,8 +95,9 @@ def bandwidth_section(summary: dict[str, Any]) -> str:
             continue
         rows.append([f"`{m}`", _f(r["forwards_per_s"], 1), _f(o.get("mat")), _f(r["weight_gbs"], 1),
                      "–" if r["of_stream"] is None else f"{100 * r['of_stream']:.0f} %"])
+    low = f"; the slowest buffer read {bw['stream_min_gbs']:.1f}" if bw.get("stream_min_gbs") else ""
     text = (f"A forward streams the model's weights, {bw['weight_bytes'] / 1e6:.0f} MB in "
-            f"{summary.get('dtype')}; this machine streams {bw['stream_gbs']:.1f} GB/s ({bw['stream_how']}). "
+            f"{summary.get('dtype')}; this machine streams {bw['stream_gbs']:.1f} GB/s ({bw['stream_how']}{low}). "
             "forwards/s = 1000 / ms per step; weight GB/s = weight bytes x forwards/s (the KV cache a forward "
             "also reads is left out). Near 100 % a method can only gain by accepting more tokens per forward.")
     return text + "\n\n" + _table(["method", "forwards/s", "MAT", "weight GB/s", "of streaming bandwidth"], rows)
