@@ -12,8 +12,9 @@ Columns (mean accepted draft tokens per step, the root not counted):
   retrieval  the pool's retrieval nodes alone;   chain  the pool's prompt-lookup chain alone;
   hf-pld     transformers' prompt lookup at that step: earliest match of the last 2 (then 1)
              tokens, 10 tokens;   recent-2/10  the same with the most recent match.
-Also: the learned acceptance of chain nodes (q, given the parent was accepted) by depth, pooled
-over the runs, and how often the chain alone would have accepted more than the sized tree.
+Also: the learned acceptance of chain nodes (q, given the parent was accepted) by depth and by
+match run, pooled over the runs, how often the chain alone would have accepted more than the sized
+tree, and how many steps had nothing to draft at all.
 """
 from __future__ import annotations
 
@@ -87,6 +88,7 @@ def main() -> int:
     q_chain: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     q_run: dict[tuple[int, int], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     lost = lost_tokens = 0
+    empty = 0             # steps whose pool held the root alone: no source had anything to propose
     tokens = forwards = 0
     cost = cost_ar = 0.0
     for row in rows:
@@ -108,6 +110,7 @@ def main() -> int:
             cost += curve.t(len(rec.tree), rec.context_len)
         cost_ar += sum(curve.t(1, len(ids) + k) for k in range(len(run.result.token_ids)))
         for rec, tok, par, src, chain in steps:
+            empty += len(tok) == 1
             cont, seq = full[rec.context_len + 1:], full[:rec.context_len + 1]
             c = by_cat[row.category]
             kept = len(rec.accepted) - 1
@@ -144,6 +147,8 @@ def main() -> int:
           f"{cost_ar / cost:.3f}x plain decoding")
     print(f"steps where the chain alone beats the sized tree: {lost} of {len(total['kept'])}, "
           f"{lost_tokens} draft tokens ({lost_tokens / max(1, sum(total['kept'])):.0%} of those accepted)")
+    print(f"steps with nothing to draft (the root token seen nowhere before: no copy-logit row, no match): "
+          f"{empty} of {len(total['kept'])}")
     print("chain nodes' learned q by depth (6 = 6 and deeper): " +
           ", ".join(f"d{d} {a / n:.2f} ({int(n)})" for d, (a, n) in sorted(q_chain.items()) if n))
     print("chain nodes' learned q by how far the match agrees backwards (run bucket 0: 1-2 tokens, 1: 3, "
