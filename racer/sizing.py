@@ -3,8 +3,8 @@ tokens per second, (1 + sum of P(node accepted)) / (t(T) + overhead).
 
 P(node accepted) = product along its path of q = P(accepted | parent accepted), learned
 online per session from what verification accepted, in buckets of what is known when
-drafting (source, depth, rank, retrieval frequency share, border depth), backed off to a
-coarser bucket and to priors while data is scarce.
+drafting (source, depth, rank, a lookup chain's match run, retrieval frequency share, border
+depth), backed off to a coarser bucket and to priors while data is scarce.
 
 Because P only falls along a path, the best ancestor-closed subset of size k is simply the k
 nodes of highest P (ancestors first on ties), so sizing is a sort and a prefix sum.
@@ -22,15 +22,18 @@ from .tree import DraftTree
 _PRIOR = {"retrieval": 0.55, "both": 0.65, "lookup": 0.55, "logits": 0.40, "template": 0.35}
 _RANK_PRIOR = (1.0, 0.35, 0.2, 0.12, 0.08)
 _DEEP_COPY = 0.85
+#: The prior q of a prompt-lookup chain node by how far its match agrees backwards
+#: (`run_bucket`) and its depth (1, 2, 3+): a chain whose match runs back 16 tokens is a
+#: passage being copied, one that matched 1-2 tokens is a guess. Measured on the shipped prompts
+#: (40 turns, 256 tokens, bfloat16: scripts/draft_diagnosis.py --data assets/bench_prompts.jsonl
+#: --per-category 5): 0.32/0.60/0.77 for runs of 1-2 tokens up to 0.96/0.96/0.99 for 16+
+#: (docs/PERFORMANCE.md §4, "The chain's match run").
+_RUN_PRIOR = ((0.3, 0.6, 0.75), (0.6, 0.7, 0.85), (0.8, 0.8, 0.8), (0.8, 0.85, 0.95), (0.95, 0.95, 0.99))
 #: Buckets of a copy-logit entry's probability in its row (upper edges), and the prior q of
 #: each. The row was computed in another context, so q sits well below the probability:
 #: measured on the shipped prompts (racer, capacity 40, 128 tokens, 2,000 logits nodes whose
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
 #: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md, "Sizing").
-#: The prior q of a prompt-lookup chain node by how far its match agrees backwards
-#: (`run_bucket`) and its depth (1, 2, 3+): a chain whose match runs back 16 tokens is a
-#: passage being copied, one that matched 1-2 tokens is a guess.
-_RUN_PRIOR = ((0.3, 0.6, 0.75), (0.6, 0.7, 0.85), (0.8, 0.8, 0.8), (0.8, 0.85, 0.95), (0.95, 0.95, 0.99))
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 
@@ -66,7 +69,7 @@ def _prior(source: str, rank: int, depth: int = 1, burst: int = 0, pb: int = -1,
 class AcceptanceModel:
     """Beta-style counts per bucket with back-off: each bucket's estimate shrinks towards its
     coarser parent's, the coarsest towards the prior. Buckets, coarse to fine: (source, depth,
-    rank); + burst, the bucketed accepted length of the previous step (acceptance comes in
+    rank, the chain's match run); + burst, the bucketed accepted length of the previous step (acceptance comes in
     runs: copying stretches and free text) and the bucketed probability of a copy-logit entry
     in its row; + retrieval frequency share and border depth."""
     #: Pseudo-counts of each level's parent estimate, coarse to fine.

@@ -27,7 +27,8 @@ where it repeats a node already there, that node is marked `lookup=1`; the rest 
 "lookup" nodes. Where the matched occurrence is so recent that its continuation runs into the
 present, the chain keeps repeating the text since the match (PLDDrafter's `periodic`); plain
 prompt lookup would stop there. Whether the chain is worth verifying is left to tree sizing, which learns its
-acceptance like any other source's. "racer-nochain" is the paper's drafter without it.
+acceptance like any other source's; each chain node carries `run`, how far back the match agrees
+with the text (PLDDrafter's `match_run`), which sizing reads. "racer-nochain" is the paper's drafter without it.
 
 `vocab_size` should be the model's logits width; the store grows if a larger id shows up.
 """
