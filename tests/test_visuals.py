@@ -154,6 +154,16 @@ def test_tree_hover_shows_the_copy_logit_probability(step64):
     assert "copy-logit row" not in hover[2]
 
 
+def test_tree_hover_shows_the_lookup_match_run(step64):
+    import copy
+    step = copy.deepcopy(step64)
+    step.tree.meta[1]["run"] = 17      # a chain node: sizing judges it by this
+    step.tree.meta[2].pop("run", None)
+    hover = trace(draft_tree_figure(step, S.decode), "nodes").hovertemplate
+    assert "lookup match agrees 17 tokens back" in hover[1]
+    assert "lookup match" not in hover[2]
+
+
 def test_tree_labels_escape_and_show_whitespace():
     rec = S.small_step_record()
     fig = draft_tree_figure(rec, S.decode)

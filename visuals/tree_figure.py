@@ -267,6 +267,7 @@ def draft_tree_figure(step: Any, decode: Callable[[int], str] = str, *, width: i
             f"<br>rank: {f['ranks'][i]}<br>depth: {f['depths'][i]}"
             f"<br>breadth: {_fmt(meta.get('breadth'))}<br>retrieval freq: {_fmt(meta.get('freq'))}"
             + (f"<br>border depth: {meta['border_depth']}" if meta.get("border_depth") is not None else "")
+            + (f"<br>lookup match agrees {meta['run']} tokens back" if meta.get("run") else "")
             + (f"<br>probability in its copy-logit row: {meta['p_row']:.2f}"
                if isinstance(meta.get("p_row"), (int, float)) and meta["p_row"] >= 0 else "")
             + (f"<br>estimated P(accept): {meta['p_accept']:.2f}" if isinstance(meta.get("p_accept"), (int, float)) else "")
