@@ -69,20 +69,17 @@ def _prior(source: str, rank: int, depth: int = 1, burst: int = 0, pb: int = -1,
 class AcceptanceModel:
     """Beta-style counts per bucket with back-off: each bucket's estimate shrinks towards its
     coarser parent's, the coarsest towards the prior. Buckets, coarse to fine: (source, depth,
-    rank, the chain's match run); + burst, the bucketed accepted length of the previous step (acceptance comes in
-    runs: copying stretches and free text) and the bucketed probability of a copy-logit entry
-    in its row; + retrieval frequency share and border depth."""
+    rank, the chain's match run); + burst, the bucketed accepted length of the previous step
+    (acceptance comes in runs: copying stretches and free text) and the bucketed probability
+    of a copy-logit entry in its row; + retrieval frequency share and border depth."""
     #: Pseudo-counts of each level's parent estimate, coarse to fine.
     weights: tuple[float, ...] = (4.0, 4.0, 4.0)
     counts: dict[tuple, list[float]] = field(default_factory=dict)
     #: Tell prompt-lookup chain nodes apart by how far their match agrees backwards.
     match_run: bool = True
 
-    @staticmethod
-    def features(tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0,
-                 match_run: bool = True) -> tuple[tuple, ...]:
-        """Bucket keys from coarse to fine; each refines the one before it. `match_run`: tell
-        chain nodes apart by how far their match agrees backwards (`run_bucket`)."""
+    def features(self, tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0) -> tuple[tuple, ...]:
+        """Bucket keys from coarse to fine; each refines the one before it."""
         src = tree.sources[node]
         meta = tree.meta[node] if tree.meta else {}
         if meta.get("lookup") and src != "lookup":  # also on racer's prompt-lookup chain
@@ -95,7 +92,7 @@ class AcceptanceModel:
             total = sibling_freq.get(tree.parents[node], 0) or 1
             share_b = min(int(4 * freq / total), 3)
             bd_b = min(int(meta.get("border_depth", 0)), 8) // 2
-        coarse = (src, depth, rank, run_bucket(meta.get("run")) if match_run else -1)
+        coarse = (src, depth, rank, run_bucket(meta.get("run")) if self.match_run else -1)
         mid = coarse + (burst, p_bucket(meta.get("p_row")))
         return coarse, mid, mid + (share_b, bd_b)
 
@@ -108,7 +105,9 @@ class AcceptanceModel:
         return out
 
     def _q(self, keys: tuple[tuple, ...]) -> float:
-        q = _prior(keys[0][0], keys[0][2], keys[0][1], keys[1][4], keys[1][5], keys[0][3])
+        src, depth, rank, rb = keys[0]
+        burst, pb = keys[1][4:6]
+        q = _prior(src, rank, depth, burst, pb, rb)
         for key, weight in zip(keys, self.weights):
             a, n = self.counts.get(key, (0.0, 0.0))
             q = (a + weight * q) / (n + weight)
@@ -119,7 +118,7 @@ class AcceptanceModel:
         sib = self._sibling_freq(tree)
         p = [1.0] * len(tree)
         for i in range(1, len(tree)):
-            p[i] = p[tree.parents[i]] * self._q(self.features(tree, i, sib, burst, self.match_run))
+            p[i] = p[tree.parents[i]] * self._q(self.features(tree, i, sib, burst))
         return p
 
     def update(self, tree: DraftTree, accepted: list[int], burst: int = 0) -> None:
@@ -130,7 +129,7 @@ class AcceptanceModel:
             if tree.parents[i] not in on_path:
                 continue
             hit = 1.0 if i in on_path else 0.0
-            for key in self.features(tree, i, sib, burst, self.match_run):
+            for key in self.features(tree, i, sib, burst):
                 c = self.counts.setdefault(key, [0.0, 0.0])
                 c[0] += hit
                 c[1] += 1.0
