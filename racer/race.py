@@ -14,22 +14,30 @@ only asked of the methods in `detail_for`; the time it takes (the drafter times 
 `timings["picture_ms"]`) is not charged to that lane's clock.
 
 The prefill is kept apart: every lane reads the same prompt once before its first step, so the
-lanes' clocks all start at zero after it, each lane's prefill is reported as measured, and
-`shared_prefill_s` (the shortest of the lanes' prefills) is what a whole-request comparison adds to
-every lane.
+lanes' clocks all start at zero after it, and each lane's prefill is reported as measured. It is
+nearly the same work in every lane (RACER and Token Recycling also read the top-k at the prompt's
+positions and build their tables: 5-10 % more on the default model), so a whole-request
+comparison charges each lane its own prefill but at most `PREFILL_SPREAD` x the race's shortest
+(`shared_prefill_s`): a prefill longer than that was slowed by other work, which must not decide
+the comparison.
 
 What the clock leaves out: the page's work (building and sending frames happens between steps,
 outside the timed `next()`, and the garbage collection that work causes is held off during a
 timed step: `collector_paused`), the server's own decodes (the app's warm-up and every visitor's
-decode hold one decode slot, so none runs beside a race) and each lane's prefill. What it keeps:
-load the race cannot stop, such as another visitor's inspector or another process. It charges
-that at wall time: measured against a busy-step charge and a cost-curve clock on the same
-recorded races (docs/PERFORMANCE.md, "The race's clock"), wall time gave the steadiest speed-ups
-under load, because the load falls on every lane alike as they take turns. What the race does
-about such load is say so: a forward that took more than `racer.sizing.DISTURBED` x what this
-machine's cost curve predicts for its tree size and context is counted as disturbed, per lane, for
-the page to report (on a quiet machine at most one forward of a race comes near that). And it keeps
-the load from changing what the lanes draft: the tree sizers learn nothing from a disturbed
+decode hold one decode slot, so none runs beside a race) and each lane's prefill. What it cannot
+keep out is load the race cannot stop: another visitor's inspector, another process. Each step is
+charged its wall time unless its forward was disturbed: took more than `racer.sizing.DISTURBED` x
+what this machine's cost curve predicts for its tree size and context. A disturbed step is charged
+what that forward takes on this machine when it is quiet, the curve's time x the method's *quiet
+level* (the median ratio of measured to predicted over its recent undisturbed forwards:
+`QuietLevels`, kept with the curve), its whole step scaled alike. Why not wall time: a stall
+costs every forward about the same, and plain decoding makes several times RACER's forwards, so
+under load wall time lifts RACER's speed-up (12-16 % on the app's server beside a second client)
+and every lane's tokens/s falls to a fraction of the machine's; why not the bare curve: it is the
+*fastest* of several measurements on random trees, 5-25 % below a real decode's typical forward,
+differently per method (docs/PERFORMANCE.md, "The race's clock"). Each lane keeps both clocks
+(`compute_s`, `wall_compute_s`) and the count of disturbed forwards for the page to report. And
+the load does not change what the lanes draft: the tree sizers learn nothing from a disturbed
 forward (`Sizer(skip_disturbed=True)`), so a busy machine slows every lane without making RACER
 draft smaller trees than it would on a quiet one.
 
@@ -40,8 +48,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import statistics
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -83,16 +93,86 @@ def collector_paused() -> Iterator[None]:
 collector_paused.was_on = True
 
 
+#: A race with fewer disturbed forwards than this share of its checked ones ran on a quiet machine:
+#: its undisturbed forwards teach the quiet levels (and the page calls a few more "hiccups").
+BUSY_SHARE = 0.05
+#: A lane's prefill above this many times the race's shortest was slowed by other work.
+PREFILL_SPREAD = 1.25
+
+
+def _median_level(ratios: Mapping[str, Any], method: str, least: int, pooled: bool) -> float | None:
+    """The median of `method`'s ratios (with `pooled`: of all methods' together); None while there
+    are fewer than `least`."""
+    if not pooled:
+        own = list(ratios.get(method, ()))
+        return statistics.median(own) if len(own) >= least else None
+    pooled = [r for xs in ratios.values() for r in xs]
+    return statistics.median(pooled) if len(pooled) >= least else None
+
+
+class QuietLevels:
+    """How this machine's forwards compare with its cost curve when it is quiet, per method: the
+    median of measured / predicted over the method's last `WINDOW` undisturbed forwards of quiet
+    decodes (races with under `BUSY_SHARE` of their forwards disturbed). The curve keeps the
+    fastest of several timings of random trees, so a real decode's typical forward sits apart
+    from it, by how much depending on the method (its tree sizes, its drafting between forwards)
+    and on the machine's state since the curve was measured: 0.95-1.15 on the default model
+    (docs/PERFORMANCE.md, "The race's clock"). Only quiet decodes teach it: under partial load the
+    undisturbed forwards are slowed too (below the disturbed line), and a level learnt from them
+    would charge the disturbed ones for the load after all. Thread-safe."""
+
+    WINDOW = 256
+    #: Fewer forwards than this and a method borrows a level (see `Race.level`).
+    MIN = 8
+
+    def __init__(self) -> None:
+        self._ratios: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def learn(self, method: str, ratios: list[float]) -> None:
+        """Measured / predicted ms of undisturbed forwards of `method` in a quiet decode."""
+        with self._lock:
+            self._ratios.setdefault(method, deque(maxlen=self.WINDOW)).extend(r for r in ratios if r > 0)
+
+    def learn_steps(self, method: str, steps: Any, curve: CostCurve) -> bool:
+        """The undisturbed forwards among `steps` (step records of one decode of `method`), if
+        that decode was quiet; whether it was."""
+        pairs = [(float(rec.timings.get("forward_ms", 0.0)), curve.t(len(rec.tree), rec.context_len))
+                 for rec in steps if rec.forwarded]
+        hit = sum(1 for f, e in pairs if disturbed(f, e))
+        if not pairs or hit >= BUSY_SHARE * len(pairs):
+            return False
+        self.learn(method, [f / e for f, e in pairs if e and not disturbed(f, e)])
+        return True
+
+    def level(self, method: str, pooled: bool = False) -> float | None:
+        """The method's quiet level (with `pooled`: all methods' together); None while fewer than
+        `MIN` forwards have been learnt."""
+        with self._lock:
+            return _median_level(self._ratios, method, self.MIN, pooled)
+
+
+def quiet_levels(curve: CostCurve) -> QuietLevels:
+    """The quiet levels learnt against `curve` (kept with it: a ratio to one curve means nothing
+    against another)."""
+    levels = curve.__dict__.get("_quiet_levels")
+    if levels is None:
+        levels = curve.__dict__["_quiet_levels"] = QuietLevels()
+    return levels
+
+
 @dataclass
 class Lane:
     """One method's progress in a race."""
     method: str
     run: DecodeRun
-    compute_s: float = 0.0              # own decoding compute: its steps (prefill and picture overhead excluded)
+    compute_s: float = 0.0              # own decoding time charged: its steps (prefill and picture overhead excluded)
+    wall_compute_s: float = 0.0         # the same steps at wall time
     prefill_s: float = 0.0              # its prefill, as measured
     disturbed_steps: int = 0            # steps whose forward took > DISTURBED x the cost curve's time
-    #: Per step: (seconds charged, the forward's measured ms, the cost curve's ms or None).
-    charges: list[tuple[float, float, float | None]] = field(default_factory=list)
+    estimated_steps: int = 0            # disturbed steps charged their quiet estimate (the rest: wall time)
+    #: Per step: (seconds charged, wall seconds, the forward's measured ms, the cost curve's ms or None).
+    charges: list[tuple[float, float, float, float | None]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     steps: int = 0                      # step records (each commits >= 1 token)
     forwards: int = 0                   # verification forwards, the prefill's included
@@ -119,18 +199,24 @@ class Lane:
     @property
     def checked_forwards(self) -> int:
         """Forwards the cost curve could judge: what `disturbed_steps` is out of."""
-        return sum(1 for _, _, e in self.charges if e)
+        return sum(1 for _, _, _, e in self.charges if e)
 
-    def total_tokens_per_s(self, prefill_s: float) -> float:
-        """Tokens per second of the whole request, with `prefill_s` for the prefill."""
-        total = self.compute_s + prefill_s
+    def charged_prefill_s(self, shortest_s: float) -> float:
+        """The prefill a whole-request figure charges this lane, given the race's shortest:
+        its own, at most PREFILL_SPREAD x the shortest (see the module doc)."""
+        return min(self.prefill_s, PREFILL_SPREAD * shortest_s) if self.prefill_s > 0 else shortest_s
+
+    def total_tokens_per_s(self, shortest_prefill_s: float) -> float:
+        """Tokens per second of the whole request: decoding plus `charged_prefill_s`."""
+        total = self.compute_s + self.charged_prefill_s(shortest_prefill_s)
         return self.n_tokens / total if total > 0 else 0.0
 
     def summary(self) -> dict[str, Any]:
         return {"method": self.method, "tokens": self.n_tokens, "steps": self.steps, "forwards": self.forwards,
                 "mat": round(self.mat, 4), "tokens_per_s": round(self.tokens_per_s, 3),
-                "compute_s": round(self.compute_s, 4), "prefill_s": round(self.prefill_s, 4),
-                "disturbed_steps": self.disturbed_steps, "done": self.done, "stop_reason": self.stop_reason}
+                "compute_s": round(self.compute_s, 4), "wall_compute_s": round(self.wall_compute_s, 4),
+                "prefill_s": round(self.prefill_s, 4), "disturbed_steps": self.disturbed_steps,
+                "estimated_steps": self.estimated_steps, "done": self.done, "stop_reason": self.stop_reason}
 
 
 @dataclass
@@ -154,12 +240,19 @@ class Race:
                  configs: Mapping[str, DecodeConfig] | None = None,
                  run_kwargs: Mapping[str, dict[str, Any]] | None = None,
                  stop_event: threading.Event | None = None, time_limit_s: float | None = None,
-                 new_from: int = 0, cost_curve: CostCurve | None = None) -> None:
+                 new_from: int = 0, cost_curve: CostCurve | None = None,
+                 levels: QuietLevels | None = None) -> None:
         """`cost_curve` (default: the model's, once measured) tells a disturbed forward; without
-        one none is counted."""
+        one none is counted and every step is charged its wall time. `levels`: the quiet levels
+        to charge disturbed steps by and to add this race's undisturbed forwards to (default: the
+        curve's own, `quiet_levels`)."""
         if not drafters:
             raise ValueError("a race needs at least one method")
         self.curve = cost_curve if cost_curve is not None else lm.cost_curve
+        self.levels = levels if levels is not None else (quiet_levels(self.curve) if self.curve is not None else None)
+        #: This race's undisturbed forwards (measured / predicted), per method: they teach
+        #: `levels` at the end if the race was quiet, and stand in for them while none are known.
+        self.ratios: dict[str, list[float]] = {}
         base = config or DecodeConfig()
         self.stop_event = stop_event
         self.time_limit_s = time_limit_s
@@ -215,7 +308,9 @@ class Race:
                         rec = next(it)
                         dt = time.perf_counter() - t
                 except StopIteration:      # the run's end: its last bookkeeping, no forward
-                    lane.compute_s += time.perf_counter() - t
+                    dt = time.perf_counter() - t
+                    lane.compute_s += dt
+                    lane.wall_compute_s += dt
                     self._finish(lane)
                     continue
                 # Picture data is the page's work: the drafter times it, DecodeRun reports it apart.
@@ -233,18 +328,59 @@ class Race:
                 yield lane, rec
         finally:
             self.wall_s = time.perf_counter() - t0
+            checked = sum(ln.checked_forwards for ln in self.lanes.values())
+            if self.levels is not None and checked and self.disturbed_steps < BUSY_SHARE * checked:
+                for method, ratios in self.ratios.items():
+                    self.levels.learn(method, ratios)
             for ln in self.lanes.values():
                 if not ln.started and not ln.done:
                     ln.stop_reason = ln.stop_reason or self.stop_reason or "not_started"
 
     def _charge(self, lane: Lane, rec: StepRecord, dt: float) -> None:
-        """Add the step's seconds to the lane's clock; count its forward if the curve calls it disturbed."""
+        """Add the step's seconds to the lane's clock: its wall time, or for a disturbed forward
+        its quiet estimate (see the module doc). The disturbed steps are charged again at every
+        step with the level learnt so far, so a lane disturbed before a level was known is
+        settled once one is."""
         measured = float(rec.timings.get("forward_ms", 0.0))
         expected = self.curve.t(len(rec.tree), rec.context_len) if self.curve is not None and rec.forwarded else None
-        if expected and disturbed(measured, expected):
+        hit = bool(expected) and disturbed(measured, expected)
+        if hit:
             lane.disturbed_steps += 1
-        lane.charges.append((dt, measured, expected))
-        lane.compute_s += dt
+        elif expected and measured > 0:
+            self.ratios.setdefault(lane.method, []).append(measured / expected)
+        lane.charges.append((dt, dt, measured, expected))
+        lane.wall_compute_s += dt
+        if lane.disturbed_steps:
+            self._settle(lane)
+        else:
+            lane.compute_s += dt
+
+    def level(self, method: str) -> float | None:
+        """The quiet level a disturbed forward of `method` is charged by: the method's own learnt
+        from earlier quiet decodes, else from this race's undisturbed forwards; failing both, the
+        same pooled over every method (the methods' levels differ by up to 15 %); None before
+        any forward was measured undisturbed."""
+        for pooled in (False, True):
+            known = self.levels.level(method, pooled) if self.levels is not None else None
+            if known is None:
+                known = _median_level(self.ratios, method, QuietLevels.MIN, pooled)
+            if known is not None:
+                return known
+        return None
+
+    def _settle(self, lane: Lane) -> None:
+        level = self.level(lane.method)
+        total, estimated = 0.0, 0
+        for i, (_, dt, f, e) in enumerate(lane.charges):
+            charged = dt
+            if e and disturbed(f, e) and level is not None:
+                charged = dt * min(1.0, level * e / f)
+                estimated += 1
+            lane.charges[i] = (charged, dt, f, e)
+            total += charged
+        # The end-of-run bookkeeping (no record) is not in `charges`; it is wall time in both clocks.
+        lane.compute_s = total + (lane.wall_compute_s - sum(dt for _, dt, _, _ in lane.charges))
+        lane.estimated_steps = estimated
 
     def _finish(self, lane: Lane) -> None:
         lane.done = True
@@ -281,9 +417,9 @@ class Race:
 
     @property
     def shared_prefill_s(self) -> float:
-        """The prefill every lane does alike (the same prompt, the same work): the shortest of the
-        lanes' measured prefills, the one least disturbed by other work, so a busy moment during
-        one prefill does not decide a whole-request comparison."""
+        """The shortest of the lanes' measured prefills (the same prompt read by every lane), the
+        one least disturbed by other work: what the page draws as the shared prefill segment and
+        what bounds the prefill a whole-request figure charges each lane (`Lane.charged_prefill_s`)."""
         xs = [ln.prefill_s for ln in self.lanes.values() if ln.steps]
         return min(xs) if xs else 0.0
 

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
 from racer import palette
+from racer.race import BUSY_SHARE, PREFILL_SPREAD
 from racer.records import run_numbers
 from visuals import method_color, token_sources
 from visuals.colors import tint
@@ -123,8 +124,11 @@ def lane_stats_md(lane: Any, running: bool, series: Sequence[dict[str, Any]] | N
     state = "running…" if running and not lane.done else STOP_WORDS.get(lane.stop_reason or "", lane.stop_reason or "")
     if not lane.started and running:
         state = "waiting for its turn"
-    busy = (f" · ⚠️ {lane.disturbed_steps} of {lane.checked_forwards} forwards disturbed"
-            if lane.disturbed_steps else "")
+    busy = ""
+    if lane.disturbed_steps:
+        busy = f" · ⚠️ {lane.disturbed_steps} of {lane.checked_forwards} forwards disturbed"
+        if lane.estimated_steps:
+            busy += f" (at wall time {fmt_s(lane.wall_compute_s)} decoding)"
     out = (f"**{lane.n_tokens}** tokens · **{lane.forwards}** forwards · MAT **{lane.mat:.2f}**  \n"
            f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + {fmt_s(lane.prefill_s)} "
            f"prefill{busy} · *{state}*")
@@ -153,7 +157,7 @@ def race_plot_data(lanes: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def race_speedups(lanes: dict[str, Any], prefill_s: float) -> dict[str, dict[str, float]]:
     """Per method, its speed-up over plain decoding: "decode" (decoding only, the prefill left out)
-    and "total" (the whole request, every lane charged the same `prefill_s`)."""
+    and "total" (the whole request; `prefill_s`, the race's shortest prefill, bounds each lane's)."""
     ar = lanes.get("ar")
     out: dict[str, dict[str, float]] = {}
     if ar is None or ar.tokens_per_s <= 0:
@@ -171,7 +175,7 @@ def race_record(lanes: dict[str, Any], prefill_s: float) -> dict[str, Any]:
     return {"prefill_s": prefill_s,
             "lanes": {m: {"tokens_per_s": ln.tokens_per_s, "total_tokens_per_s": ln.total_tokens_per_s(prefill_s),
                           "tokens": ln.n_tokens, "mat": ln.mat, "disturbed_steps": ln.disturbed_steps,
-                          "checked_forwards": ln.checked_forwards}
+                          "estimated_steps": ln.estimated_steps, "checked_forwards": ln.checked_forwards}
                       for m, ln in lanes.items()},
             "speedups": ups}
 
@@ -195,13 +199,11 @@ def series_md(series: Sequence[dict[str, Any]], asked: int) -> str:
     busy = sum(ln["disturbed_steps"] for r in series for ln in r["lanes"].values())
     if busy:
         of = sum(ln["checked_forwards"] for r in series for ln in r["lanes"].values())
+        est = sum(ln.get("estimated_steps", 0) for r in series for ln in r["lanes"].values())
         lines.append(f"⚠️ Over the {n} races, {busy} of {of} forward passes took more than 1.5× the time this "
-                     f"machine's cost curve predicts: other work shared the CPU.")
+                     f"machine's cost curve predicts: other work shared the CPU"
+                     + (f"; {est} of them were charged their quiet-machine estimate." if est else "."))
     return "  \n".join(lines)
-
-
-#: Below this share of disturbed forwards a race is called quiet (a few hiccups are normal).
-BUSY_SHARE = 0.05
 
 
 def disturbed_md(lanes: dict[str, Any]) -> str:
@@ -213,13 +215,18 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
     of = sum(ln.checked_forwards for ln in lanes.values())
     which = (f"{n} of {of} forward passes (" + ", ".join(f"{METHOD_TITLES.get(m, m)} {k}" for m, k in hit.items())
              + ") took more than 1.5× the time this machine's cost curve predicts for their tree size and context")
+    est = sum(getattr(ln, "estimated_steps", 0) for ln in lanes.values())
+    charged = ("Each was charged the time this machine takes for such a forward when quiet (the cost curve's "
+               "time × what the method's undisturbed forwards typically take against it), its whole step "
+               "alike" + ("" if est == n else f" ({n - est} before any quiet time was known: at wall time)")
+               + ". So the figures estimate a quiet machine" if est else
+               "They are charged at wall time (no quiet forward has been measured yet to estimate them by)")
     if n < BUSY_SHARE * of:
-        return (f"ℹ️ {which}: a few hiccups like these are normal on a shared CPU and barely move the "
-                f"speed-ups.")
+        return f"ℹ️ {which}: a few hiccups like these are normal on a shared CPU. {charged}."
     return (f"⚠️ **The machine was busy during this race**: {which}: other work (another visitor, another "
-            "program) shared the CPU. The methods took turns under the same load, so the speed-ups still "
-            "compare like with like, but the tokens/s are below what this machine does when quiet, and one "
-            "race under load is less certain: tick *Race 3×* for the median and its range.")
+            f"program) shared the CPU. {charged}; wall time would favour the method with fewer forwards, "
+            "as every stall costs each forward alike. One race under load is less certain: tick *Race 3×* "
+            "for the median and its range.")
 
 
 def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Callable[[list[int]], str],
@@ -231,8 +238,9 @@ def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Calla
         parts = [f"**{METHOD_TITLES.get(m, m)} {u['decode']:.2f}×** (MAT {lanes[m].mat:.2f})" for m, u in ups.items()]
         lines.append("Speed-up over plain decoding, decoding time only (each method's own compute, the prefill "
                      "left out): " + " · ".join(parts) + ".")
-        lines.append("Over the whole request (every method charged the same prefill, "
-                     f"{fmt_s(prefill_s)}: the shortest of the three, the same work measured thrice): "
+        lines.append("Over the whole request (each method charged its own prefill, the same prompt read by "
+                     f"all three, at most {PREFILL_SPREAD:g}× the shortest, {fmt_s(prefill_s)}: a longer one was slowed "
+                     "by other work): "
                      + " · ".join(f"{METHOD_TITLES.get(m, m)} {u['total']:.2f}×" for m, u in ups.items()) + ".")
     busy = disturbed_md(lanes)
     if busy:

@@ -4,13 +4,16 @@ one process, on a quiet machine and under two kinds of load:
     .venv/bin/python scripts/race_clocks.py                       # Extract to JSON, 128 tokens, 4 races per load
     .venv/bin/python scripts/race_clocks.py --races 6 --loads quiet,process
 
-Loads: quiet; process (a busy-loop process takes one of the cores for the whole race); render (a
+Loads: quiet (one series before the loads, one after: the machine drifts); process (a busy-loop process takes one of the cores for the whole race); render (a
 thread of this process builds and serialises plotly figures, as another visitor's inspector does
 in the app's server, sharing the interpreter lock). Clocks, each RACER's speed-up over plain
 decoding from the same steps (`Lane.charges`):
-  wall     every step its wall time (what racer.race charges);
+  wall     every step its wall time;
   trimmed  a forward above 1.5x its lane's median (measured / cost curve) charged that median;
-  model    every forward charged its lane's median x the cost curve, the rest at wall time.
+  model    every forward charged its lane's median x the cost curve, the rest at wall time;
+  quiet    what racer.race charges: a forward above 1.5x the cost curve charged the curve x the
+           method's quiet level (learnt from quiet races), its whole step alike; the rest at wall time;
+  cpu      the CPU time of the decoding thread (time.thread_time around each step).
 Prints the speed-up of every race, the median and the spread (max - min over the median).
 """
 from __future__ import annotations
@@ -27,16 +30,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CLOCKS = ("wall", "trimmed", "model")
+CLOCKS = ("wall", "trimmed", "model", "quiet", "cpu")
 
 
-def lane_seconds(charges: list[tuple[float, float, float | None]]) -> dict[str, float]:
-    ratios = [f / e for _, f, e in charges if e and f > 0]
+def lane_seconds(charges: list[tuple[float, float, float, float | None]], cpu: list[float],
+                 prefill_s: float) -> dict[str, float]:
+    ratios = [f / e for _, _, f, e in charges if e and f > 0]
     level = statistics.median(ratios) if ratios else 1.0
-    wall = sum(dt for dt, _, _ in charges)
-    trimmed = sum(dt - ((f - level * e) / 1e3 if e and f > 1.5 * level * e else 0.0) for dt, f, e in charges)
-    model = sum(dt - (f - level * e) / 1e3 if e else dt for dt, f, e in charges)
-    return {"wall": wall, "trimmed": trimmed, "model": model}
+    wall = sum(dt for _, dt, _, _ in charges)
+    trimmed = sum(dt - ((f - level * e) / 1e3 if e and f > 1.5 * level * e else 0.0) for _, dt, f, e in charges)
+    model = sum(dt - (f - level * e) / 1e3 if e else dt for _, dt, f, e in charges)
+    return {"wall": wall, "trimmed": trimmed, "model": model, "quiet": sum(c for c, _, _, _ in charges),
+            # The first step ran the prefill too: its CPU time is split in the proportion of its wall time.
+            "cpu": sum(cpu[1:]) + (cpu[0] * charges[0][1] / (charges[0][1] + prefill_s) if cpu and charges else 0.0)}
+
+
+class CpuTimed:
+    """A drafter's DecodeRun iterator wrapped so each step's thread CPU time adds up (the `cpu` clock)."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, list[float]] = {}
+
+    def wrap(self, race) -> None:
+        for m, lane in race.lanes.items():
+            run, timed = lane.run, self
+
+            class Run:
+                def __iter__(self, run=run, m=m):
+                    it = iter(run)
+                    while True:
+                        t = time.thread_time()
+                        try:
+                            rec = next(it)
+                        except StopIteration:
+                            return
+                        timed.s.setdefault(m, []).append(time.thread_time() - t)
+                        yield rec
+
+                def __getattr__(self, name, run=run):
+                    return getattr(run, name)
+            lane.run = Run()
 
 
 def render_load(halt: threading.Event) -> None:
@@ -66,7 +99,10 @@ def main() -> int:
     ids = build_input_ids(lm.tokenizer, ex["prompt"], system=ex.get("system") or None)
     print(f"{args.example}, {args.max_new_tokens} new tokens, {args.races} races per load")
     print("| load | clock | RACER × per race | median | spread |\n|---|---|---|---|---|")
-    for load in args.loads.split(","):
+    loads = args.loads.split(",")
+    if loads[0] == "quiet" and len(loads) > 1 and loads[-1] != "quiet":
+        loads.append("quiet")
+    for load in loads:
         halt, proc = threading.Event(), None
         if load == "process":
             proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -78,9 +114,11 @@ def main() -> int:
                 race = Race(lm, ids, {m: make_drafter(m, vocab_size=lm.vocab_size) for m in ("racer", "ar", "tr")},
                             DecodeConfig(max_new_tokens=args.max_new_tokens, capacity="auto"),
                             run_kwargs={m: {"sizer": Sizer(curve)} for m in ("racer", "tr")})
+                cpu = CpuTimed()
+                cpu.wrap(race)
                 for _ in race:
                     pass
-                secs = {m: lane_seconds(ln.charges) for m, ln in race.lanes.items()}
+                secs = {m: lane_seconds(ln.charges, cpu.s.get(m, []), ln.prefill_s) for m, ln in race.lanes.items()}
                 for c in CLOCKS:
                     ups[c].append((race.lanes["racer"].n_tokens / secs["racer"][c])
                                   / (race.lanes["ar"].n_tokens / secs["ar"][c]))

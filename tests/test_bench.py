@@ -72,7 +72,8 @@ def full_run(lm, tmp_path_factory):
 
 RESULT_KEYS = {"question_id", "category", "method", "turn", "prompt_len", "new_tokens", "steps", "forwards", "mat", "wall_s",
                "tokens_per_s", "prefill_ms", "stop_reason", "accept_lengths", "token_ids", "text", "timings",
-               "step_ms", "elapsed_ms", "tree_sizes", "repeats_wall_s", "repeats_identical", "seq"}
+               "step_ms", "elapsed_ms", "tree_sizes", "repeats_wall_s", "repeats_prefill_ms", "repeats_identical",
+               "seq"}
 
 
 def test_results_jsonl_schema(full_run):
@@ -179,7 +180,9 @@ def test_methods_interleave_per_question_and_repeat(lm):
     assert [name for name, _, _ in log] == ["ar", "pld", "racer"] * 4   # A B C A B C, per question
     assert [r["seq"] for r in run.results] == [[0, 3], [1, 4], [2, 5], [6, 9], [7, 10], [8, 11]]
     for r in run.results:
-        assert len(r["repeats_wall_s"]) == 2 and r["repeats_identical"] is True
+        assert len(r["repeats_wall_s"]) == len(r["repeats_prefill_ms"]) == 2 and r["repeats_identical"] is True
+        assert r["repeats_prefill_ms"][0] == r["prefill_ms"] and all(0 < p < 1e3 * w for p, w in
+                                                                     zip(r["repeats_prefill_ms"], r["repeats_wall_s"]))
         assert r["wall_s"] == pytest.approx(sorted(r["repeats_wall_s"])[0] / 2 + sorted(r["repeats_wall_s"])[1] / 2,
                                             abs=2e-6)
 

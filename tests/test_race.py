@@ -1,17 +1,19 @@
 """The race's clock (racer.race): each lane charged the wall time of its own steps, its prefill
-kept apart; a forward far above what the cost curve predicts is counted as disturbed; the
-whole-request figure charges every lane the shortest prefill. Disturbance is planted (a forward
-that sleeps), so the checks do not depend on how busy the test machine is."""
+kept apart; a forward far above what the cost curve predicts is counted as disturbed and charged
+its quiet estimate (the curve x the method's quiet level, learnt from undisturbed forwards of
+quiet races); the whole-request figure charges every lane the shortest prefill. Disturbance is
+planted (a forward that sleeps), so the checks do not depend on how busy the test machine is."""
 from __future__ import annotations
 
 import random
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from racer import DecodeConfig, make_drafter
 from racer.costcurve import CostCurve
-from racer.race import Race
+from racer.race import PREFILL_SPREAD, QuietLevels, Race, quiet_levels
 from racer.sizing import DISTURBED
 from racer.tiny import tiny_lm
 
@@ -66,10 +68,14 @@ def test_a_quiet_race_charges_wall_time_and_keeps_the_prefill_apart(lm):
         <= max(ln.prefill_s for ln in race.lanes.values())
 
 
-def test_disturbed_forwards_are_counted_and_charged_at_wall_time(lm):
-    expected_ms = 2.0
+def tight_curve(ms: float = 2.0) -> CostCurve:
+    """A curve that expects `ms` per forward: a planted sleep is far above it, a tiny real forward is not."""
     sizes = [1, 2, 4, 8, 16, 32, 64]
-    curve = CostCurve(sizes, [64, 512], [[expected_ms] * len(sizes)] * 2, {"test": "tight"})
+    return CostCurve(sizes, [64, 512], [[ms] * len(sizes)] * 2, {"test": "tight"})
+
+
+def test_disturbed_forwards_are_counted_and_charged_their_quiet_estimate(lm):
+    curve = tight_curve()
     restore = sleepy(lm, every=4)
     try:
         race = run(Race(lm, prompt(), {"ar": make_drafter("ar")}, DecodeConfig(max_new_tokens=24), cost_curve=curve))
@@ -79,9 +85,68 @@ def test_disturbed_forwards_are_counted_and_charged_at_wall_time(lm):
     slept = ar.forwards // 4
     assert ar.checked_forwards == ar.forwards - 1     # every forward but the prefill's
     assert slept - 1 <= ar.disturbed_steps <= ar.checked_forwards
-    # The load is reported, not hidden: the sleeps stay on the lane's clock.
-    assert ar.compute_s >= (slept - 1) * SLEEP_S
-    assert sum(dt for dt, _, _ in ar.charges) == pytest.approx(ar.compute_s, abs=0.05)
+    # The wall clock keeps the sleeps; the charged clock does not: each disturbed step is charged
+    # its wall time scaled by (quiet level x the curve's ms) / its measured forward.
+    assert ar.wall_compute_s >= (slept - 1) * SLEEP_S
+    assert ar.compute_s < SLEEP_S
+    quiet = [f / e for _, _, f, e in ar.charges if e and f <= DISTURBED * e]
+    level = race.level("ar")
+    assert level == pytest.approx(sorted(quiet)[len(quiet) // 2] if len(quiet) % 2 else
+                                  sum(sorted(quiet)[len(quiet) // 2 - 1:len(quiet) // 2 + 1]) / 2)
+    assert ar.estimated_steps == ar.disturbed_steps
+    for charged, dt, f, e in ar.charges:
+        want = dt * min(1.0, level * e / f) if e and f > DISTURBED * e else dt
+        assert charged == pytest.approx(want)
+    assert sum(c for c, _, _, _ in ar.charges) == pytest.approx(ar.compute_s, abs=0.01)
+    assert sum(dt for _, dt, _, _ in ar.charges) == pytest.approx(ar.wall_compute_s, abs=0.01)
+    # A busy race teaches the curve's quiet levels nothing.
+    assert race.disturbed_steps >= 0.05 * sum(ln.checked_forwards for ln in race.lanes.values())
+    assert quiet_levels(curve).level("ar") is None
+
+
+def test_a_race_busy_from_its_first_forward_is_charged_by_earlier_quiet_races(lm):
+    curve = tight_curve()
+    quiet = run(Race(lm, prompt(), {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")},
+                     DecodeConfig(max_new_tokens=24, capacity=8), cost_curve=curve))
+    assert quiet.disturbed_steps < 0.05 * sum(ln.checked_forwards for ln in quiet.lanes.values())
+    levels = quiet_levels(curve)
+    learnt = {"ar": levels.level("ar")}
+    assert learnt["ar"] is not None and learnt["ar"] == pytest.approx(quiet.level("ar"))
+    restore = sleepy(lm, every=1)      # every forward sleeps: nothing undisturbed to learn from
+    try:
+        busy = run(Race(lm, prompt(), {"ar": make_drafter("ar")}, DecodeConfig(max_new_tokens=8), cost_curve=curve))
+    finally:
+        restore()
+    ar = busy.lanes["ar"]
+    assert ar.disturbed_steps == ar.estimated_steps == ar.checked_forwards > 0
+    assert busy.level("ar") == learnt["ar"] and ar.compute_s < SLEEP_S <= ar.wall_compute_s / ar.checked_forwards
+    assert levels.level("ar") == learnt["ar"]          # unchanged by the busy race
+
+
+def test_with_no_quiet_forward_known_a_disturbed_step_is_charged_its_wall_time(lm):
+    from racer_app.format import disturbed_md
+    restore = sleepy(lm, every=1)
+    try:
+        race = run(Race(lm, prompt(), {"ar": make_drafter("ar")}, DecodeConfig(max_new_tokens=6),
+                        cost_curve=tight_curve()))
+    finally:
+        restore()
+    ar = race.lanes["ar"]
+    assert race.level("ar") is None and ar.estimated_steps == 0 < ar.disturbed_steps
+    assert ar.compute_s == pytest.approx(ar.wall_compute_s) and ar.compute_s >= ar.checked_forwards * SLEEP_S
+    assert "charged at wall time" in disturbed_md(race.lanes)
+
+
+def test_quiet_levels_learn_only_from_quiet_decodes():
+    curve = tight_curve()
+    rec = lambda ms: SimpleNamespace(forwarded=True, tree=[0] * 4, context_len=100,  # noqa: E731
+                                     timings={"forward_ms": ms})
+    levels = QuietLevels()
+    assert not levels.learn_steps("racer", [rec(2.2)] * 19 + [rec(9.0)] * 1, curve)  # 5 % disturbed: busy
+    assert levels.level("racer") is None
+    assert levels.learn_steps("racer", [rec(2.2)] * 30 + [rec(9.0)], curve)
+    assert levels.level("racer") == pytest.approx(1.1) and levels.level("ar") is None
+    assert levels.level("ar", pooled=True) == pytest.approx(1.1)
 
 
 def test_a_disturbed_prefill_stays_out_of_the_decoding_clock(lm):
@@ -95,8 +160,14 @@ def test_a_disturbed_prefill_stays_out_of_the_decoding_clock(lm):
     race = run(Race(lm, prompt(), drafters, DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=generous_curve()))
     ar, others = race.lanes["ar"], [race.lanes["racer"], race.lanes["tr"]]
     assert ar.prefill_s > SLEEP_S and ar.compute_s < SLEEP_S
-    # A whole-request comparison adds the shortest prefill, which the one slowed prefill does not move.
-    assert race.shared_prefill_s == min(o.prefill_s for o in others) < SLEEP_S
+    # The one slowed prefill moves neither the shortest nor, beyond PREFILL_SPREAD x it, what a
+    # whole-request figure charges its lane; a lane's own prefill within that is charged as measured.
+    shortest = race.shared_prefill_s
+    assert shortest == min(o.prefill_s for o in others) < SLEEP_S
+    assert ar.charged_prefill_s(shortest) == pytest.approx(PREFILL_SPREAD * shortest)
+    assert ar.total_tokens_per_s(shortest) == pytest.approx(ar.n_tokens / (ar.compute_s + PREFILL_SPREAD * shortest))
+    for o in others:
+        assert o.charged_prefill_s(shortest) == min(o.prefill_s, PREFILL_SPREAD * shortest)
 
 
 def test_without_a_cost_curve_the_clock_is_the_wall_clock(lm):

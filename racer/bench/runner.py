@@ -130,6 +130,7 @@ def outcome_row(row: Row, turn: int, method: str, outs: list[tuple[int, Outcome]
         "elapsed_ms": _round_list(o.elapsed_ms, 2),
         "tree_sizes": o.tree_sizes,
         "repeats_wall_s": [round(w, 6) for w in walls],
+        "repeats_prefill_ms": [None if x.prefill_ms is None else round(x.prefill_ms, 3) for _, x in outs],
         "repeats_identical": same,
         "seq": seqs,
     }
