@@ -29,8 +29,8 @@ keep out is load the race cannot stop: another visitor's inspector, another proc
 charged its wall time unless its forward was disturbed: took more than `racer.sizing.DISTURBED` x
 what this machine's cost curve predicts for its tree size and context. A disturbed step is charged
 what that forward takes on this machine when it is quiet, the curve's time x the method's *quiet
-level* (the median ratio of measured to predicted over its recent undisturbed forwards:
-`QuietLevels`, kept with the curve), its whole step scaled alike. Why not wall time: a stall
+level* (the median ratio of measured to predicted over its undisturbed forwards in the last
+quiet races: `QuietLevels`, kept with the curve), its whole step scaled alike. Why not wall time: a stall
 costs every forward about the same, and plain decoding makes several times RACER's forwards, so
 under load wall time lifts RACER's speed-up (12-16 % on the app's server beside a second client)
 and every lane's tokens/s falls to a fraction of the machine's; why not the bare curve: it is the
@@ -103,53 +103,46 @@ PREFILL_SPREAD = 1.25
 def _median_level(ratios: Mapping[str, Any], method: str, least: int, pooled: bool) -> float | None:
     """The median of `method`'s ratios (with `pooled`: of all methods' together); None while there
     are fewer than `least`."""
-    if not pooled:
-        own = list(ratios.get(method, ()))
-        return statistics.median(own) if len(own) >= least else None
-    pooled = [r for xs in ratios.values() for r in xs]
-    return statistics.median(pooled) if len(pooled) >= least else None
+    xs = [r for xs in ratios.values() for r in xs] if pooled else list(ratios.get(method, ()))
+    return statistics.median(xs) if len(xs) >= least else None
 
 
 class QuietLevels:
-    """How this machine's forwards compare with its cost curve when it is quiet, per method: the
-    median of measured / predicted over the method's last `WINDOW` undisturbed forwards of quiet
-    decodes (races with under `BUSY_SHARE` of their forwards disturbed). The curve keeps the
-    fastest of several timings of random trees, so a real decode's typical forward sits apart
-    from it, by how much depending on the method (its tree sizes, its drafting between forwards)
-    and on the machine's state since the curve was measured: 0.95-1.15 on the default model
-    (docs/PERFORMANCE.md, "The race's clock"). Only quiet decodes teach it: under partial load the
-    undisturbed forwards are slowed too (below the disturbed line), and a level learnt from them
-    would charge the disturbed ones for the load after all. Thread-safe."""
+    """How this machine's forwards compare with its cost curve when it is quiet, per method: for
+    each of the last `RACES` quiet races (under `BUSY_SHARE` of their forwards disturbed), each
+    method's median of measured / predicted over its undisturbed forwards; a method's level is the
+    median of those. The curve keeps the fastest of several timings of random trees, so a real
+    decode's typical forward sits apart from it, by how much depending on the method (its tree
+    sizes, its drafting between forwards) and on how fast the shared machine runs that hour:
+    0.95-1.15 on the default model (docs/PERFORMANCE.md, "The race's clock").
 
-    WINDOW = 256
-    #: Fewer forwards than this and a method borrows a level (see `Race.level`).
+    Whole races only, so every method's level comes from the same minutes (the lanes take turns):
+    a level learnt at another time would tilt the speed-ups by the machine's drift. Quiet races
+    only: under partial load the undisturbed forwards are slowed too (below the disturbed line),
+    and a level learnt from them would charge the disturbed ones for the load after all.
+    Thread-safe."""
+
+    RACES = 3
+    #: Fewer undisturbed forwards than this and a method's median is not taken.
     MIN = 8
 
     def __init__(self) -> None:
-        self._ratios: dict[str, deque[float]] = {}
+        self._races: deque[dict[str, float]] = deque(maxlen=self.RACES)
         self._lock = threading.Lock()
 
-    def learn(self, method: str, ratios: list[float]) -> None:
-        """Measured / predicted ms of undisturbed forwards of `method` in a quiet decode."""
-        with self._lock:
-            self._ratios.setdefault(method, deque(maxlen=self.WINDOW)).extend(r for r in ratios if r > 0)
-
-    def learn_steps(self, method: str, steps: Any, curve: CostCurve) -> bool:
-        """The undisturbed forwards among `steps` (step records of one decode of `method`), if
-        that decode was quiet; whether it was."""
-        pairs = [(float(rec.timings.get("forward_ms", 0.0)), curve.t(len(rec.tree), rec.context_len))
-                 for rec in steps if rec.forwarded]
-        hit = sum(1 for f, e in pairs if disturbed(f, e))
-        if not pairs or hit >= BUSY_SHARE * len(pairs):
-            return False
-        self.learn(method, [f / e for f, e in pairs if e and not disturbed(f, e)])
-        return True
+    def learn(self, ratios: Mapping[str, list[float]]) -> None:
+        """One quiet race: per method, measured / predicted ms of its undisturbed forwards."""
+        medians = {m: statistics.median(xs) for m, xs in ratios.items() if len(xs) >= self.MIN}
+        if medians:
+            with self._lock:
+                self._races.append(medians)
 
     def level(self, method: str, pooled: bool = False) -> float | None:
-        """The method's quiet level (with `pooled`: all methods' together); None while fewer than
-        `MIN` forwards have been learnt."""
+        """The method's quiet level (with `pooled`: every method's together); None while no quiet
+        race has taught one."""
         with self._lock:
-            return _median_level(self._ratios, method, self.MIN, pooled)
+            per = {m: [r[m] for r in self._races if m in r] for r in self._races for m in r}
+        return _median_level(per, method, 1, pooled)
 
 
 def quiet_levels(curve: CostCurve) -> QuietLevels:
@@ -330,8 +323,7 @@ class Race:
             self.wall_s = time.perf_counter() - t0
             checked = sum(ln.checked_forwards for ln in self.lanes.values())
             if self.levels is not None and checked and self.disturbed_steps < BUSY_SHARE * checked:
-                for method, ratios in self.ratios.items():
-                    self.levels.learn(method, ratios)
+                self.levels.learn(self.ratios)
             for ln in self.lanes.values():
                 if not ln.started and not ln.done:
                     ln.stop_reason = ln.stop_reason or self.stop_reason or "not_started"
@@ -357,7 +349,7 @@ class Race:
 
     def level(self, method: str) -> float | None:
         """The quiet level a disturbed forward of `method` is charged by: the method's own learnt
-        from earlier quiet decodes, else from this race's undisturbed forwards; failing both, the
+        from earlier quiet races, else from this race's undisturbed forwards; failing both, the
         same pooled over every method (the methods' levels differ by up to 15 %); None before
         any forward was measured undisturbed."""
         for pooled in (False, True):

@@ -28,7 +28,7 @@ import gradio as gr
 from racer import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, make_drafter
 from racer.models import resolve_device, resolve_dtype
 from racer.prompting import common_prefix
-from racer.race import Race, quiet_levels
+from racer.race import Race
 from racer.records import run_numbers
 from racer.replay import Turn
 from visuals import acceptance_by_source, cost_figure, race_figure
@@ -940,9 +940,6 @@ class Studio:
                             DecodeConfig(max_new_tokens=n, capacity=capacity_value(s), detail=True,
                                          time_limit_s=self.limits.time_limit_s), sizer=sizer)
             steps = list(run)
-            if lm.cost_curve is not None:
-                # A quiet decode at start-up: the first race under load has RACER's quiet level.
-                quiet_levels(lm.cost_curve).learn_steps("racer", steps, lm.cost_curve)
             traces.append(self.trace_from(lm, steps, ids, "preset", title, s, run.result.stop_reason,
                                           [Turn(run.start, steps)], run.sizer))
         return X.Preset(traces[0], traces[1], X.pick_step(traces[0].steps))

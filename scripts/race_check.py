@@ -10,7 +10,8 @@ Order (the machine must be otherwise idle; every step runs alone except the load
   1. bench: `racer.bench` on the example's prompt, methods ar,tr,racer interleaved, 3 repeats;
   2. `python app.py` starts; the first race is sent at once, so it waits for the server's warm-up
      ("first after start-up");
-  3. per mode, `--races` races of the example:
+  3. per mode, `--races` races of the example, then the bench again (each mode is compared with
+     the mean of the bench runs before and after it: the machine's speed drifts over minutes):
        api        through gradio_client, nothing else running;
        inspector  the same while a second client steps through its own trace in the inspector;
        browser    from a Chromium page (the page renders every streamed update) while the second
@@ -184,6 +185,11 @@ def browser_races(url: str, title: str, max_new: int, n: int) -> list[dict[str, 
     return out
 
 
+def mean_bench(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of several bench runs' figures, key by key."""
+    return {k: round(statistics.mean(r[k] for r in runs), 3) for k in runs[0] if all(r.get(k) for r in runs)}
+
+
 def summarise(rows: list[dict[str, Any]], ref: dict[str, Any]) -> dict[str, Any]:
     s: dict[str, Any] = {"n": len(rows)}
     for key in ("speedup", "speedup_total", "speedup_wall", "racer_tps", "ar_tps", "tr_tps"):
@@ -215,16 +221,25 @@ def main() -> int:
     cpu = sorted(set(re.findall(r"avx512_bf16|avx2", Path("/proc/cpuinfo").read_text())))
     result: dict[str, Any] = {"example": args.example, "max_new_tokens": args.max_new_tokens, "cpu": cpu,
                               "command": " ".join(sys.argv)}
-    print(f"bench: {args.example}, {args.max_new_tokens} tokens, {args.bench_repeats} repeats …", file=sys.stderr)
-    ref = result["bench"] = bench(ex["prompt"], args.max_new_tokens, args.bench_repeats)
+    def run_bench(label: str) -> dict[str, Any]:
+        print(f"bench ({label}): {args.example}, {args.max_new_tokens} tokens, {args.bench_repeats} repeats …",
+              file=sys.stderr)
+        return bench(ex["prompt"], args.max_new_tokens, args.bench_repeats)
+
+    # The machine's own speed drifts by 10-30 % over minutes on a shared host, so each mode is
+    # compared with the mean of a bench run just before it and one just after it.
+    benches = result["benches"] = [run_bench("before the app")]
+    refs: dict[str, dict[str, Any]] = {}
     proc, url = start_app()
     races: dict[str, list[dict[str, Any]]] = {}
+    modes = args.modes.split(",")
     try:
         print("first race after start-up …", file=sys.stderr)
         races["first"] = [api_race(url, ex["prompt"], "", args.max_new_tokens)]
-        modes = args.modes.split(",")
         if "api" in modes:
             races["api"] = [api_race(url, ex["prompt"], "", args.max_new_tokens) for _ in range(args.races)]
+        benches.append(run_bench("after the quiet races"))
+        refs["first"] = refs["api"] = mean_bench(benches[-2:])
         for mode in ("inspector", "browser"):
             if mode not in modes:
                 continue
@@ -240,15 +255,23 @@ def main() -> int:
                 insp.halt.set()
                 insp.join(timeout=60)
             result[f"{mode}_inspector_renders"] = insp.renders
+            benches.append(run_bench(f"after the {mode} races"))
+            refs[mode] = mean_bench(benches[-2:])
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    ref = mean_bench(benches)
     result["races"] = races
-    result["summary"] = {m: summarise(rs, ref) for m, rs in races.items()}
+    result["summary"] = {m: summarise(rs, refs[m]) for m, rs in races.items()}
     print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}")
-    print(f"bench (interleaved, median of {args.bench_repeats}): RACER {ref['speedup']:.2f}× decoding, "
-          f"{ref['speedup_total']:.2f}× whole request; tok/s racer {ref['racer_tps']}, ar {ref['ar_tps']}, "
-          f"tr {ref['tr_tps']}")
+    for label, b in [("before the app", benches[0])] + [(f"after {m}", b) for m, b in
+                                                           zip(["quiet races"] + [m for m in ("inspector", "browser")
+                                                                                   if m in modes], benches[1:])]:
+        print(f"bench {label} (interleaved, median of {args.bench_repeats}): RACER {b['speedup']:.2f}× decoding, "
+              f"{b['speedup_total']:.2f}× whole request; tok/s racer {b['racer_tps']}, ar {b['ar_tps']}, "
+              f"tr {b['tr_tps']}")
+    print(f"all benches: RACER {ref['speedup']:.2f}× decoding; each mode below is compared with the mean of the "
+          "bench before it and the one after it")
     print("| mode | race | RACER × | whole × | at wall time × | racer tok/s | ar tok/s | tr tok/s | disturbed racer/ar/tr |")
     print("|---|---|---|---|---|---|---|---|---|")
     for mode, rs in races.items():

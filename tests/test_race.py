@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -137,16 +136,16 @@ def test_with_no_quiet_forward_known_a_disturbed_step_is_charged_its_wall_time(l
     assert "charged at wall time" in disturbed_md(race.lanes)
 
 
-def test_quiet_levels_learn_only_from_quiet_decodes():
-    curve = tight_curve()
-    rec = lambda ms: SimpleNamespace(forwarded=True, tree=[0] * 4, context_len=100,  # noqa: E731
-                                     timings={"forward_ms": ms})
+def test_quiet_levels_are_medians_of_the_last_quiet_races():
     levels = QuietLevels()
-    assert not levels.learn_steps("racer", [rec(2.2)] * 19 + [rec(9.0)] * 1, curve)  # 5 % disturbed: busy
-    assert levels.level("racer") is None
-    assert levels.learn_steps("racer", [rec(2.2)] * 30 + [rec(9.0)], curve)
-    assert levels.level("racer") == pytest.approx(1.1) and levels.level("ar") is None
-    assert levels.level("ar", pooled=True) == pytest.approx(1.1)
+    assert levels.level("racer") is None and levels.level("racer", pooled=True) is None
+    levels.learn({"racer": [1.2] * 20, "ar": [1.0] * 7})        # too few ar forwards for a median
+    assert levels.level("racer") == 1.2 and levels.level("ar") is None
+    assert levels.level("ar", pooled=True) == 1.2
+    for r, a in ((1.1, 1.05), (1.0, 0.9), (0.9, 0.95)):
+        levels.learn({"racer": [r] * 10, "ar": [a] * 10})
+    # Only the last QuietLevels.RACES races count: 1.2 has left the window.
+    assert levels.level("racer") == pytest.approx(1.0) and levels.level("ar") == pytest.approx(0.95)
 
 
 def test_a_disturbed_prefill_stays_out_of_the_decoding_clock(lm):
@@ -217,7 +216,6 @@ def test_the_page_says_how_many_forwards_were_disturbed_and_gives_a_series_media
 
 def test_a_few_hiccups_are_not_called_a_busy_machine():
     from types import SimpleNamespace
-
     from racer_app.format import disturbed_md
     lanes = {"racer": SimpleNamespace(disturbed_steps=1, checked_forwards=30),
              "ar": SimpleNamespace(disturbed_steps=2, checked_forwards=127)}
