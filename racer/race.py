@@ -93,9 +93,11 @@ def collector_paused() -> Iterator[None]:
 collector_paused.was_on = True
 
 
-#: A race with fewer disturbed forwards than this share of its checked ones ran on a quiet machine:
-#: its undisturbed forwards teach the quiet levels (and the page calls a few more "hiccups").
+#: Below this share of disturbed forwards a race's page calls them hiccups, above it a busy machine.
 BUSY_SHARE = 0.05
+#: Below this share of disturbed forwards a race teaches the quiet levels: a shared machine's
+#: background flags 3-10 % of a quiet race's forwards; a second client in the inspector, 45-90 %.
+LEARN_SHARE = 0.2
 #: A lane's prefill above this many times the race's shortest was slowed by other work.
 PREFILL_SPREAD = 1.25
 
@@ -109,7 +111,7 @@ def _median_level(ratios: Mapping[str, Any], method: str, least: int, pooled: bo
 
 class QuietLevels:
     """How this machine's forwards compare with its cost curve when it is quiet, per method: for
-    each of the last `RACES` quiet races (under `BUSY_SHARE` of their forwards disturbed), each
+    each of the last `RACES` quiet races (under `LEARN_SHARE` of their forwards disturbed), each
     method's median of measured / predicted over its undisturbed forwards; a method's level is the
     median of those. The curve keeps the fastest of several timings of random trees, so a real
     decode's typical forward sits apart from it, by how much depending on the method (its tree
@@ -322,7 +324,7 @@ class Race:
         finally:
             self.wall_s = time.perf_counter() - t0
             checked = sum(ln.checked_forwards for ln in self.lanes.values())
-            if self.levels is not None and checked and self.disturbed_steps < BUSY_SHARE * checked:
+            if self.levels is not None and checked and self.disturbed_steps < LEARN_SHARE * checked:
                 self.levels.learn(self.ratios)
             for ln in self.lanes.values():
                 if not ln.started and not ln.done:

@@ -12,7 +12,7 @@ import pytest
 
 from racer import DecodeConfig, make_drafter
 from racer.costcurve import CostCurve
-from racer.race import PREFILL_SPREAD, QuietLevels, Race, quiet_levels
+from racer.race import LEARN_SHARE, PREFILL_SPREAD, QuietLevels, Race, quiet_levels
 from racer.sizing import DISTURBED
 from racer.tiny import tiny_lm
 
@@ -99,7 +99,7 @@ def test_disturbed_forwards_are_counted_and_charged_their_quiet_estimate(lm):
     assert sum(c for c, _, _, _ in ar.charges) == pytest.approx(ar.compute_s, abs=0.01)
     assert sum(dt for _, dt, _, _ in ar.charges) == pytest.approx(ar.wall_compute_s, abs=0.01)
     # A busy race teaches the curve's quiet levels nothing.
-    assert race.disturbed_steps >= 0.05 * sum(ln.checked_forwards for ln in race.lanes.values())
+    assert race.disturbed_steps >= LEARN_SHARE * sum(ln.checked_forwards for ln in race.lanes.values())
     assert quiet_levels(curve).level("ar") is None
 
 
@@ -107,7 +107,7 @@ def test_a_race_busy_from_its_first_forward_is_charged_by_earlier_quiet_races(lm
     curve = tight_curve()
     quiet = run(Race(lm, prompt(), {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")},
                      DecodeConfig(max_new_tokens=24, capacity=8), cost_curve=curve))
-    assert quiet.disturbed_steps < 0.05 * sum(ln.checked_forwards for ln in quiet.lanes.values())
+    assert quiet.disturbed_steps < LEARN_SHARE * sum(ln.checked_forwards for ln in quiet.lanes.values())
     levels = quiet_levels(curve)
     learnt = {"ar": levels.level("ar")}
     assert learnt["ar"] is not None and learnt["ar"] == pytest.approx(quiet.level("ar"))
