@@ -13,6 +13,8 @@ decoding from the same steps (`Lane.charges`):
   model    every forward charged its lane's median x the cost curve, the rest at wall time;
   quiet    what racer.race charges: a forward above 1.5x the cost curve charged the curve x the
            method's quiet level (learnt from quiet races), its whole step alike; the rest at wall time;
+  fwd      as quiet, but only the disturbed forward is replaced by its quiet estimate; the rest of
+           its step stays at wall time;
   cpu      the CPU time of the decoding thread (time.thread_time around each step).
 Prints the speed-up of every race, the median and the spread (max - min over the median).
 """
@@ -30,17 +32,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CLOCKS = ("wall", "trimmed", "model", "quiet", "cpu")
+CLOCKS = ("wall", "trimmed", "model", "quiet", "fwd", "cpu")
 
 
 def lane_seconds(charges: list[tuple[float, float, float, float | None]], cpu: list[float],
-                 prefill_s: float) -> dict[str, float]:
+                 prefill_s: float, level: float | None) -> dict[str, float]:
     ratios = [f / e for _, _, f, e in charges if e and f > 0]
     level = statistics.median(ratios) if ratios else 1.0
     wall = sum(dt for _, dt, _, _ in charges)
     trimmed = sum(dt - ((f - level * e) / 1e3 if e and f > 1.5 * level * e else 0.0) for _, dt, f, e in charges)
     model = sum(dt - (f - level * e) / 1e3 if e else dt for _, dt, f, e in charges)
-    return {"wall": wall, "trimmed": trimmed, "model": model, "quiet": sum(c for c, _, _, _ in charges),
+    fwd = sum(dt - (f - level * e) / 1e3 if level and e and f > 1.5 * e else dt for _, dt, f, e in charges)
+    return {"wall": wall, "trimmed": trimmed, "model": model, "quiet": sum(c for c, _, _, _ in charges), "fwd": fwd,
             # The first step ran the prefill too: its CPU time is split in the proportion of its wall time.
             "cpu": sum(cpu[1:]) + (cpu[0] * charges[0][1] / (charges[0][1] + prefill_s) if cpu and charges else 0.0)}
 
@@ -118,7 +121,8 @@ def main() -> int:
                 cpu.wrap(race)
                 for _ in race:
                     pass
-                secs = {m: lane_seconds(ln.charges, cpu.s.get(m, []), ln.prefill_s) for m, ln in race.lanes.items()}
+                secs = {m: lane_seconds(ln.charges, cpu.s.get(m, []), ln.prefill_s, race.level(m))
+                        for m, ln in race.lanes.items()}
                 for c in CLOCKS:
                     ups[c].append((race.lanes["racer"].n_tokens / secs["racer"][c])
                                   / (race.lanes["ar"].n_tokens / secs["ar"][c]))
