@@ -19,7 +19,9 @@ nearly the same work in every lane (RACER and Token Recycling also read the top-
 positions and build their tables: 5-10 % more on the default model), so a whole-request
 comparison charges each lane its own prefill but at most `PREFILL_SPREAD` x the race's shortest
 (`shared_prefill_s`): a prefill longer than that was slowed by other work, which must not decide
-the comparison.
+the comparison. A prefill is judged like a forward, against the cost curve's time for its tokens
+(extrapolated past the largest tree) and the method's prefill level from earlier quiet races; a
+disturbed one is charged that quiet estimate.
 
 What the clock leaves out: the page's work (building and sending frames happens between steps,
 outside the timed `next()`, and the garbage collection that work causes is held off during a
@@ -100,6 +102,8 @@ BUSY_SHARE = 0.05
 LEARN_SHARE = 0.2
 #: A lane's prefill above this many times the race's shortest was slowed by other work.
 PREFILL_SPREAD = 1.25
+#: QuietLevels keys the prefills' levels by this prefix and the method (one prefill a lane a race).
+PREFILL = "prefill:"
 
 
 def _median_level(ratios: Mapping[str, Any], method: str, least: int, pooled: bool) -> float | None:
@@ -135,8 +139,10 @@ class QuietLevels:
         self._lock = threading.Lock()
 
     def learn(self, ratios: Mapping[str, list[float]]) -> None:
-        """One quiet race: per method, measured / predicted ms of its undisturbed forwards."""
-        medians = {m: statistics.median(xs) for m, xs in ratios.items() if len(xs) >= self.MIN}
+        """One quiet race: per method, measured / predicted ms of its undisturbed forwards (and
+        under `PREFILL` + method, of its prefill)."""
+        medians = {m: statistics.median(xs) for m, xs in ratios.items()
+                   if len(xs) >= (1 if m.startswith(PREFILL) else self.MIN)}
         if medians:
             with self._lock:
                 self._races.append(medians)
@@ -166,6 +172,8 @@ class Lane:
     compute_s: float = 0.0              # own decoding time charged: its steps (prefill and picture overhead excluded)
     wall_compute_s: float = 0.0         # the same steps at wall time
     prefill_s: float = 0.0              # its prefill, as measured
+    prefill_expected_ms: float | None = None   # the cost curve's time for the prefill's tokens
+    prefill_level: float | None = None  # this method's prefill quiet level, from earlier quiet races
     disturbed_steps: int = 0            # steps whose forward took > DISTURBED x the cost curve's time
     estimated_steps: int = 0            # disturbed steps charged their quiet estimate (the rest: wall time)
     #: Per step: (seconds charged, wall seconds, the forward's measured ms, the cost curve's ms or None).
@@ -198,10 +206,26 @@ class Lane:
         """Forwards the cost curve could judge: what `disturbed_steps` is out of."""
         return sum(1 for _, _, _, e in self.charges if e)
 
+    @property
+    def prefill_disturbed(self) -> bool:
+        """Whether the prefill took more than DISTURBED x its quiet estimate (see `quiet_prefill_s`)."""
+        return bool(self.prefill_level and self.prefill_expected_ms) and disturbed(
+            self.prefill_s * 1e3, self.prefill_level * self.prefill_expected_ms)
+
+    @property
+    def quiet_prefill_s(self) -> float:
+        """The prefill as measured, or if it was disturbed its quiet estimate: the cost curve's
+        time for that many tokens (extrapolated past the curve's largest tree) x the level that
+        quiet races measured for this method's prefill against it."""
+        if self.prefill_disturbed:
+            return self.prefill_level * self.prefill_expected_ms / 1e3
+        return self.prefill_s
+
     def charged_prefill_s(self, shortest_s: float) -> float:
         """The prefill a whole-request figure charges this lane, given the race's shortest:
-        its own, at most PREFILL_SPREAD x the shortest (see the module doc)."""
-        return min(self.prefill_s, PREFILL_SPREAD * shortest_s) if self.prefill_s > 0 else shortest_s
+        its own (`quiet_prefill_s`), at most PREFILL_SPREAD x the shortest (see the module doc)."""
+        own = self.quiet_prefill_s
+        return min(own, PREFILL_SPREAD * shortest_s) if own > 0 else shortest_s
 
     def total_tokens_per_s(self, shortest_prefill_s: float) -> float:
         """Tokens per second of the whole request: decoding plus `charged_prefill_s`."""
@@ -212,7 +236,8 @@ class Lane:
         return {"method": self.method, "tokens": self.n_tokens, "steps": self.steps, "forwards": self.forwards,
                 "mat": round(self.mat, 4), "tokens_per_s": round(self.tokens_per_s, 3),
                 "compute_s": round(self.compute_s, 4), "wall_compute_s": round(self.wall_compute_s, 4),
-                "prefill_s": round(self.prefill_s, 4), "disturbed_steps": self.disturbed_steps,
+                "prefill_s": round(self.prefill_s, 4), "quiet_prefill_s": round(self.quiet_prefill_s, 4),
+                "disturbed_steps": self.disturbed_steps,
                 "estimated_steps": self.estimated_steps, "done": self.done, "stop_reason": self.stop_reason}
 
 
@@ -257,6 +282,8 @@ class Race:
         self._halt = threading.Event()
         self.stop_reason: str | None = None
         self.lanes: dict[str, Lane] = {}
+        self.new_from = new_from
+        self.prefill_tokens = len(input_ids) - new_from   # what each lane's prefill feeds
         for method, drafter in drafters.items():
             cfg = (configs or {}).get(method, base)
             cfg = dataclasses.replace(cfg, detail=method in detail_for)
@@ -316,6 +343,7 @@ class Race:
                     # The first next() ran the prefill too: it is kept apart from the decoding clock.
                     lane.prefill_s = min(dt, lane.run.prefill_ms / 1e3)
                     dt -= lane.prefill_s
+                    self._judge_prefill(lane)
                 self._charge(lane, rec, dt)
                 lane.steps += 1
                 lane.forwards += 1 if rec.forwarded else 0
@@ -327,6 +355,9 @@ class Race:
             self.wall_s = time.perf_counter() - t0
             checked = sum(ln.checked_forwards for ln in self.lanes.values())
             if self.levels is not None and checked and self.disturbed_steps < LEARN_SHARE * checked:
+                for ln in self.lanes.values():
+                    if ln.prefill_expected_ms and ln.prefill_s > 0 and not ln.prefill_disturbed:
+                        self.ratios[PREFILL + ln.method] = [ln.prefill_s * 1e3 / ln.prefill_expected_ms]
                 self.levels.learn(self.ratios)
             for ln in self.lanes.values():
                 if not ln.started and not ln.done:
@@ -363,6 +394,14 @@ class Race:
             if known is not None:
                 return known
         return None
+
+    def _judge_prefill(self, lane: Lane) -> None:
+        """What a lane's prefill is judged by: the curve's time for its tokens, the method's
+        prefill level from earlier quiet races."""
+        if self.curve is not None and self.prefill_tokens > 0:
+            lane.prefill_expected_ms = self.curve.t(self.prefill_tokens, self.new_from)
+            if self.levels is not None:
+                lane.prefill_level = self.levels.level(PREFILL + lane.method)
 
     def _settle(self, lane: Lane) -> None:
         level = self.level(lane.method)
@@ -413,10 +452,11 @@ class Race:
 
     @property
     def shared_prefill_s(self) -> float:
-        """The shortest of the lanes' measured prefills (the same prompt read by every lane), the
-        one least disturbed by other work: what the page draws as the shared prefill segment and
-        what bounds the prefill a whole-request figure charges each lane (`Lane.charged_prefill_s`)."""
-        xs = [ln.prefill_s for ln in self.lanes.values() if ln.steps]
+        """The shortest of the lanes' prefills (the same prompt read by every lane; each as
+        measured, or its quiet estimate if it was disturbed), the one least disturbed by other
+        work: what the page draws as the shared prefill segment and what bounds the prefill a
+        whole-request figure charges each lane (`Lane.charged_prefill_s`)."""
+        xs = [ln.quiet_prefill_s for ln in self.lanes.values() if ln.steps]
         return min(xs) if xs else 0.0
 
     @property

@@ -125,13 +125,16 @@ def lane_stats_md(lane: Any, running: bool, series: Sequence[dict[str, Any]] | N
     if not lane.started and running:
         state = "waiting for its turn"
     busy = ""
-    if lane.disturbed_steps:
+    pre_hit = getattr(lane, "prefill_disturbed", False)
+    if lane.disturbed_steps or pre_hit:
         busy = f" · ⚠️ {lane.disturbed_steps} of {lane.checked_forwards} forwards disturbed"
-        if lane.estimated_steps:
-            busy += f" (at wall time {fmt_s(lane.wall_compute_s)} decoding)"
+        if pre_hit:
+            busy += ", the prefill too"
+        if lane.estimated_steps or pre_hit:
+            busy += (f" (at wall time {fmt_s(lane.wall_compute_s)} decoding + {fmt_s(lane.prefill_s)} prefill)")
     out = (f"**{lane.n_tokens}** tokens · **{lane.forwards}** forwards · MAT **{lane.mat:.2f}**  \n"
-           f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + {fmt_s(lane.prefill_s)} "
-           f"prefill{busy} · *{state}*")
+           f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + "
+           f"{fmt_s(getattr(lane, 'quiet_prefill_s', lane.prefill_s))} prefill{busy} · *{state}*")
     xs = [r["lanes"][lane.method]["tokens_per_s"] for r in series or () if lane.method in r["lanes"]]
     if len(xs) > 1:
         out += f"  \nMedian of {len(xs)} races: **{median(xs):.1f}** tok/s ({min(xs):.1f}–{max(xs):.1f})"
@@ -209,8 +212,11 @@ def series_md(series: Sequence[dict[str, Any]], asked: int) -> str:
 def disturbed_md(lanes: dict[str, Any]) -> str:
     """The note under a race that ran while other work used the machine."""
     hit = {m: ln.disturbed_steps for m, ln in lanes.items() if ln.disturbed_steps}
+    pre = [METHOD_TITLES.get(m, m) for m, ln in lanes.items() if getattr(ln, "prefill_disturbed", False)]
+    pre_md = (f" The prefill of {', '.join(pre)} took more than 1.5× what quiet races measured for it and was "
+              "charged that quiet estimate." if pre else "")
     if not hit:
-        return ""
+        return f"ℹ️{pre_md}" if pre else ""
     n = sum(hit.values())
     of = sum(ln.checked_forwards for ln in lanes.values())
     which = (f"{n} of {of} forward passes (" + ", ".join(f"{METHOD_TITLES.get(m, m)} {k}" for m, k in hit.items())
@@ -222,11 +228,11 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
                + ". So the figures estimate a quiet machine" if est else
                "They are charged at wall time (no quiet forward has been measured yet to estimate them by)")
     if n < BUSY_SHARE * of:
-        return f"ℹ️ {which}: a few hiccups like these are normal on a shared CPU. {charged}."
+        return f"ℹ️ {which}: a few hiccups like these are normal on a shared CPU. {charged}.{pre_md}"
     return (f"⚠️ **The machine was busy during this race**: {which}: other work (another visitor, another "
             f"program) shared the CPU. {charged}; wall time would favour the method with fewer forwards, "
-            "as every stall costs each forward alike. One race under load is less certain: tick *Race 3×* "
-            "for the median and its range.")
+            f"as every stall costs each forward alike.{pre_md} One race under load is less certain: tick "
+            "*Race 3×* for the median and its range.")
 
 
 def verdict_md(lanes: dict[str, Any], cmp: Any, greedy: bool, decode_many: Callable[[list[int]], str],

@@ -12,7 +12,7 @@ import pytest
 
 from racer import DecodeConfig, make_drafter
 from racer.costcurve import CostCurve
-from racer.race import LEARN_SHARE, PREFILL_SPREAD, QuietLevels, Race, quiet_levels
+from racer.race import LEARN_SHARE, PREFILL, PREFILL_SPREAD, QuietLevels, Race, quiet_levels
 from racer.sizing import DISTURBED
 from racer.tiny import tiny_lm
 
@@ -120,6 +120,37 @@ def test_a_race_busy_from_its_first_forward_is_charged_by_earlier_quiet_races(lm
     assert ar.disturbed_steps == ar.estimated_steps == ar.checked_forwards > 0
     assert busy.level("ar") == learnt["ar"] and ar.compute_s < SLEEP_S <= ar.wall_compute_s / ar.checked_forwards
     assert levels.level("ar") == learnt["ar"]          # unchanged by the busy race
+
+
+def test_a_disturbed_prefill_is_charged_what_quiet_races_measured_for_it(lm):
+    curve = tight_curve()
+    drafters = lambda: {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")}  # noqa: E731
+    first = run(Race(lm, prompt(), drafters(), DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=curve))
+    assert all(ln.prefill_level is None and not ln.prefill_disturbed for ln in first.lanes.values())
+    learnt = quiet_levels(curve).level(PREFILL + "ar")
+    assert learnt == pytest.approx(first.lanes["ar"].prefill_s * 1e3 / curve.t(len(prompt()), 0))
+    real = lm.model.forward
+
+    def slow_prefill(*a, **kw):        # only a prefill feeds the whole prompt at once
+        if kw["input_ids"].shape[1] == len(prompt()):
+            time.sleep(SLEEP_S)
+        return real(*a, **kw)
+    lm.model.forward = slow_prefill
+    try:
+        busy = run(Race(lm, prompt(), drafters(), DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=curve))
+    finally:
+        lm.model.forward = real
+    for ln in busy.lanes.values():
+        assert ln.prefill_s > SLEEP_S and ln.prefill_disturbed
+        assert ln.quiet_prefill_s == pytest.approx(ln.prefill_level * ln.prefill_expected_ms / 1e3)
+        assert ln.quiet_prefill_s < SLEEP_S
+    assert busy.lanes["ar"].prefill_level == learnt
+    assert busy.shared_prefill_s < SLEEP_S
+    ar = busy.lanes["ar"]
+    assert ar.total_tokens_per_s(busy.shared_prefill_s) > ar.n_tokens / (ar.compute_s + SLEEP_S)
+    from racer_app.format import disturbed_md, lane_stats_md
+    assert "prefill too" in lane_stats_md(ar, running=False)
+    assert "The prefill of" in disturbed_md(busy.lanes)
 
 
 def test_with_no_quiet_forward_known_a_disturbed_step_is_charged_its_wall_time(lm):
