@@ -6,11 +6,11 @@ before the busy one and one after it).
 
 The band, 0.78–1.45× the API figure, is tight enough that the skews seen before the clock was
 fixed fail (9.1× against 4.7× is 1.9, 3.5× against 4.7× is 0.74) and as wide as the noise of a
-shared 2-core machine needs. At 64 tokens (one series before the busy one only) a full clean-clone
-suite run once measured 0.77. At 128 tokens, on an AVX512-BF16 CPU, five runs measured 1.05,
-1.16, 1.10 (inside the browser tests), 1.20 and 1.27: load lifts RACER's speed-up there, because
-a stalled forward costs every method alike and plain decoding makes four times as many, so the
-band's upper side is the wider (docs/PERFORMANCE.md §8).
+shared 2-core machine needs. Its upper side is the wider because wall time, the clock before
+the quiet-level one, let load lift RACER's speed-up (a stalled forward costs every method alike
+and plain decoding makes four times as many): at 128 tokens on an AVX512-BF16 CPU five runs
+measured 1.05–1.27 with it. With disturbed steps charged their quiet estimate
+(docs/PERFORMANCE.md §8) the busy races read what quiet ones do.
 Same server and browser setup as tests/test_browser.py (Debian's Chromium through Playwright).
 """
 from __future__ import annotations
