@@ -32,10 +32,11 @@ charged its wall time unless its forward was disturbed: took more than `racer.si
 what this machine's cost curve predicts for its tree size and context. A disturbed step is charged
 what that forward takes on this machine when it is quiet, the curve's time x the method's *quiet
 level* (the median ratio of measured to predicted over its undisturbed forwards in the last
-quiet races: `QuietLevels`, kept with the curve), its whole step scaled alike. Why not wall time: a stall
-costs every forward about the same, and plain decoding makes several times RACER's forwards, so
-under load wall time lifts RACER's speed-up (12-16 % on the app's server beside a second client)
-and every lane's tokens/s falls to a fraction of the machine's; why not the bare curve: it is the
+quiet races: `QuietLevels`, kept with the curve), its whole step scaled alike. Why not wall
+time: a stall costs every forward about the same, and plain decoding makes several times RACER's
+forwards, so under load wall time lifts RACER's speed-up (12-16 % on the app's server beside a
+second client, up to 75 % from a browser) and every lane's tokens/s falls to a fraction of the
+machine's; why not the bare curve: it is the
 *fastest* of several measurements on random trees, 5-25 % below a real decode's typical forward,
 differently per method (docs/PERFORMANCE.md, "The race's clock"). Each lane keeps both clocks
 (`compute_s`, `wall_compute_s`) and the count of disturbed forwards for the page to report. And
@@ -107,9 +108,10 @@ PREFILL = "prefill:"
 
 
 def _median_level(ratios: Mapping[str, Any], method: str, least: int, pooled: bool) -> float | None:
-    """The median of `method`'s ratios (with `pooled`: of all methods' together); None while there
-    are fewer than `least`."""
-    xs = [r for xs in ratios.values() for r in xs] if pooled else list(ratios.get(method, ()))
+    """The median of `method`'s ratios (with `pooled`: of all methods' forwards together, the
+    prefills' left out); None while there are fewer than `least`."""
+    xs = ([r for m, xs in ratios.items() if not m.startswith(PREFILL) for r in xs] if pooled
+          else list(ratios.get(method, ())))
     return statistics.median(xs) if len(xs) >= least else None
 
 

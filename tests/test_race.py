@@ -173,6 +173,8 @@ def test_quiet_levels_are_medians_of_the_last_quiet_races():
     levels.learn({"racer": [1.2] * 20, "ar": [1.0] * 7})        # too few ar forwards for a median
     assert levels.level("racer") == 1.2 and levels.level("ar") is None
     assert levels.level("ar", pooled=True) == 1.2
+    levels.learn({PREFILL + "ar": [3.0]})                       # a prefill's level: one a race, never pooled
+    assert levels.level(PREFILL + "ar") == 3.0 and levels.level("ar", pooled=True) == 1.2
     later = [(1.1, 1.05), (1.0, 0.9), (0.9, 0.95), (1.05, 1.0), (0.95, 0.9)][:QuietLevels.RACES]
     for r, a in later:
         levels.learn({"racer": [r] * 10, "ar": [a] * 10})
