@@ -213,8 +213,13 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
     """The note under a race that ran while other work used the machine."""
     hit = {m: ln.disturbed_steps for m, ln in lanes.items() if ln.disturbed_steps}
     pre = [METHOD_TITLES.get(m, m) for m, ln in lanes.items() if getattr(ln, "prefill_disturbed", False)]
-    pre_md = (f" The prefill of {', '.join(pre)} took more than 1.5× what quiet races measured for it and was "
-              "charged that quiet estimate." if pre else "")
+    pre_md = ""
+    if pre:
+        names = pre[0] if len(pre) == 1 else ", ".join(pre[:-1]) + " and " + pre[-1]
+        pre_md = (f" The prefill of {names} took more than 1.5× what quiet races measured for it and was charged "
+                  "that quiet estimate." if len(pre) == 1 else
+                  f" The prefills of {names} took more than 1.5× what quiet races measured for them and were "
+                  "charged that quiet estimate.")
     if not hit:
         return f"ℹ️{pre_md}" if pre else ""
     n = sum(hit.values())
@@ -223,7 +228,7 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
              + ") took more than 1.5× the time this machine's cost curve predicts for their tree size and context")
     est = sum(getattr(ln, "estimated_steps", 0) for ln in lanes.values())
     charged = ("Each was charged the time this machine takes for such a forward when quiet (the cost curve's "
-               "time × what the method's undisturbed forwards typically take against it), its whole step "
+               "time × the ratio to it that the method's forwards showed in recent quiet races), its whole step "
                "alike" + ("" if est == n else f" ({n - est} before any quiet time was known: at wall time)")
                + ". So the figures estimate a quiet machine" if est else
                "They are charged at wall time (no quiet forward has been measured yet to estimate them by)")

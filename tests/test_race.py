@@ -150,7 +150,7 @@ def test_a_disturbed_prefill_is_charged_what_quiet_races_measured_for_it(lm):
     assert ar.total_tokens_per_s(busy.shared_prefill_s) > ar.n_tokens / (ar.compute_s + SLEEP_S)
     from racer_app.format import disturbed_md, lane_stats_md
     assert "prefill too" in lane_stats_md(ar, running=False)
-    assert "The prefill of" in disturbed_md(busy.lanes)
+    assert "The prefills of RACER and Plain autoregressive took" in disturbed_md(busy.lanes)
 
 
 def test_with_no_quiet_forward_known_a_disturbed_step_is_charged_its_wall_time(lm):
