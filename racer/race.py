@@ -178,6 +178,8 @@ class Lane:
     prefill_level: float | None = None  # this method's prefill quiet level, from earlier quiet races
     disturbed_steps: int = 0            # steps whose forward took > DISTURBED x the cost curve's time
     estimated_steps: int = 0            # disturbed steps charged their quiet estimate (the rest: wall time)
+    #: Indices into `charges` of the disturbed steps (the ones a level re-charges).
+    hits: list[int] = field(default_factory=list)
     #: Per step: (seconds charged, wall seconds, the forward's measured ms, the cost curve's ms or None).
     charges: list[tuple[float, float, float, float | None]] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
@@ -379,10 +381,11 @@ class Race:
             self.ratios.setdefault(lane.method, []).append(measured / expected)
         lane.charges.append((dt, dt, measured, expected))
         lane.wall_compute_s += dt
-        if lane.disturbed_steps:
+        lane.compute_s += dt
+        if hit:
+            lane.hits.append(len(lane.charges) - 1)
+        if lane.hits:
             self._settle(lane)
-        else:
-            lane.compute_s += dt
 
     def level(self, method: str) -> float | None:
         """The quiet level a disturbed forward of `method` is charged by: the method's own learnt
@@ -406,18 +409,14 @@ class Race:
                 lane.prefill_level = self.levels.level(PREFILL + lane.method)
 
     def _settle(self, lane: Lane) -> None:
+        """Re-charge the lane's disturbed steps with the level known now; the rest stay at wall time."""
         level = self.level(lane.method)
-        total, estimated = 0.0, 0
-        for i, (_, dt, f, e) in enumerate(lane.charges):
-            charged = dt
-            if e and disturbed(f, e) and level is not None:
-                charged = dt * min(1.0, level * e / f)
-                estimated += 1
+        for i in lane.hits:
+            old, dt, f, e = lane.charges[i]
+            charged = dt * min(1.0, level * e / f) if level is not None else dt
             lane.charges[i] = (charged, dt, f, e)
-            total += charged
-        # The end-of-run bookkeeping (no record) is not in `charges`; it is wall time in both clocks.
-        lane.compute_s = total + (lane.wall_compute_s - sum(dt for _, dt, _, _ in lane.charges))
-        lane.estimated_steps = estimated
+            lane.compute_s += charged - old
+        lane.estimated_steps = len(lane.hits) if level is not None else 0
 
     def _finish(self, lane: Lane) -> None:
         lane.done = True

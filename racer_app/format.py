@@ -125,7 +125,7 @@ def lane_stats_md(lane: Any, running: bool, series: Sequence[dict[str, Any]] | N
     if not lane.started and running:
         state = "waiting for its turn"
     busy = ""
-    pre_hit = getattr(lane, "prefill_disturbed", False)
+    pre_hit = lane.prefill_disturbed
     if lane.disturbed_steps or pre_hit:
         busy = f" · ⚠️ {lane.disturbed_steps} of {lane.checked_forwards} forwards disturbed"
         if pre_hit:
@@ -134,7 +134,7 @@ def lane_stats_md(lane: Any, running: bool, series: Sequence[dict[str, Any]] | N
             busy += (f" (at wall time {fmt_s(lane.wall_compute_s)} decoding + {fmt_s(lane.prefill_s)} prefill)")
     out = (f"**{lane.n_tokens}** tokens · **{lane.forwards}** forwards · MAT **{lane.mat:.2f}**  \n"
            f"**{lane.tokens_per_s:.1f}** tok/s · {fmt_s(lane.compute_s)} decoding + "
-           f"{fmt_s(getattr(lane, 'quiet_prefill_s', lane.prefill_s))} prefill{busy} · *{state}*")
+           f"{fmt_s(lane.quiet_prefill_s)} prefill{busy} · *{state}*")
     xs = [r["lanes"][lane.method]["tokens_per_s"] for r in series or () if lane.method in r["lanes"]]
     if len(xs) > 1:
         out += f"  \nMedian of {len(xs)} races: **{median(xs):.1f}** tok/s ({min(xs):.1f}–{max(xs):.1f})"
@@ -212,7 +212,7 @@ def series_md(series: Sequence[dict[str, Any]], asked: int) -> str:
 def disturbed_md(lanes: dict[str, Any]) -> str:
     """The note under a race that ran while other work used the machine."""
     hit = {m: ln.disturbed_steps for m, ln in lanes.items() if ln.disturbed_steps}
-    pre = [METHOD_TITLES.get(m, m) for m, ln in lanes.items() if getattr(ln, "prefill_disturbed", False)]
+    pre = [METHOD_TITLES.get(m, m) for m, ln in lanes.items() if ln.prefill_disturbed]
     pre_md = ""
     if pre:
         names = pre[0] if len(pre) == 1 else ", ".join(pre[:-1]) + " and " + pre[-1]
@@ -226,7 +226,7 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
     of = sum(ln.checked_forwards for ln in lanes.values())
     which = (f"{n} of {of} forward passes (" + ", ".join(f"{METHOD_TITLES.get(m, m)} {k}" for m, k in hit.items())
              + ") took more than 1.5× the time this machine's cost curve predicts for their tree size and context")
-    est = sum(getattr(ln, "estimated_steps", 0) for ln in lanes.values())
+    est = sum(ln.estimated_steps for ln in lanes.values())
     charged = ("Each was charged the time this machine takes for such a forward when quiet (the cost curve's "
                "time × the ratio to it that the method's forwards showed in recent quiet races), its whole step "
                "alike" + ("" if est == n else f" ({n - est} before any quiet time was known: at wall time)")

@@ -208,8 +208,9 @@ def summarise(rows: list[dict[str, Any]], ref: dict[str, Any]) -> dict[str, Any]
         med = statistics.median(xs)
         s[key] = round(med, 3)
         s[key + "_spread"] = round((max(xs) - min(xs)) / med, 3)
-        if ref.get(key.replace("speedup_wall", "speedup")):
-            s[key + "_vs_bench"] = round(med / ref[key.replace("speedup_wall", "speedup")], 3)
+        ref_key = "speedup" if key == "speedup_wall" else key   # wall time against the same bench figure
+        if ref.get(ref_key):
+            s[key + "_vs_bench"] = round(med / ref[ref_key], 3)
     s["disturbed"] = [r["disturbed"] for r in rows]
     return s
 
@@ -230,7 +231,10 @@ def main() -> int:
     cpu = sorted(set(re.findall(r"avx512_bf16|avx2", Path("/proc/cpuinfo").read_text())))
     result: dict[str, Any] = {"example": args.example, "max_new_tokens": args.max_new_tokens, "cpu": cpu,
                               "command": " ".join(sys.argv)}
+    bench_labels = result["bench_labels"] = []
+
     def run_bench(label: str) -> dict[str, Any]:
+        bench_labels.append(label)
         print(f"bench ({label}): {args.example}, {args.max_new_tokens} tokens, {args.bench_repeats} repeats …",
               file=sys.stderr)
         return bench(ex["prompt"], args.max_new_tokens, args.bench_repeats)
@@ -274,9 +278,7 @@ def main() -> int:
     result["races"] = races
     result["summary"] = {m: summarise(rs, refs[m]) for m, rs in races.items()}
     print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}")
-    for label, b in [("before the app", benches[0])] + [(f"after {m}", b) for m, b in
-                                                           zip(["quiet races"] + [m for m in ("inspector", "browser")
-                                                                                   if m in modes], benches[1:])]:
+    for label, b in zip(bench_labels, benches):
         print(f"bench {label} (interleaved, median of {args.bench_repeats}): RACER {b['speedup']:.2f}× decoding, "
               f"{b['speedup_total']:.2f}× whole request; tok/s racer {b['racer_tps']}, ar {b['ar_tps']}, "
               f"tr {b['tr_tps']}")

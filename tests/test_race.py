@@ -252,13 +252,15 @@ def test_the_page_says_how_many_forwards_were_disturbed_and_gives_a_series_media
 def test_a_few_hiccups_are_not_called_a_busy_machine():
     from types import SimpleNamespace
     from racer_app.format import disturbed_md
-    lanes = {"racer": SimpleNamespace(disturbed_steps=1, checked_forwards=30),
-             "ar": SimpleNamespace(disturbed_steps=2, checked_forwards=127)}
+    def lane(disturbed: int, checked: int) -> SimpleNamespace:
+        return SimpleNamespace(disturbed_steps=disturbed, estimated_steps=disturbed, checked_forwards=checked,
+                               prefill_disturbed=False)
+    lanes = {"racer": lane(1, 30), "ar": lane(2, 127)}
     note = disturbed_md(lanes)
     assert "3 of 157 forward passes (RACER 1, Plain autoregressive 2)" in note and "busy" not in note
     lanes["ar"].disturbed_steps = 20
     assert "machine was busy" in disturbed_md(lanes)
-    lanes = {m: SimpleNamespace(disturbed_steps=0, checked_forwards=30) for m in ("racer", "ar")}
+    lanes = {m: lane(0, 30) for m in ("racer", "ar")}
     assert disturbed_md(lanes) == ""
 
 
