@@ -76,42 +76,48 @@ class CopyLogitStore:
 
     def write(self, tokens: np.ndarray | list[int], topk: np.ndarray, probs: np.ndarray | None = None) -> None:
         """Set row `tokens[i]` to `topk[i]` (and its probabilities to `probs[i]`) for every i.
-        For a token that occurs several times the last occurrence wins (numpy does not
-        promise an order for repeated fancy indices, so the last occurrences are picked
-        explicitly)."""
-        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if tokens.size == 0:
-            return
+        For a token that occurs several times the last occurrence wins; negative ids are skipped."""
+        tokens = tokens.reshape(-1).tolist() if isinstance(tokens, np.ndarray) else [int(t) for t in tokens]
+        last: dict[int, int] = {}
+        for i, t in enumerate(tokens):
+            if t >= 0:
+                last[t] = i
+        self._put(last, topk, probs, len(tokens))
+
+    def _put(self, last: dict[int, int], topk: np.ndarray, probs: np.ndarray | None, n: int) -> None:
+        """Row `t` := `topk[last[t]]` for every token `t` in `last`. After every verify step this
+        runs on a cold cache (the forward has just evicted it), so it makes as few numpy calls as
+        it can: a per-token numpy pass cost 0.23 ms a step in decoding, 5x its warm time."""
         topk = np.asarray(topk)
-        if topk.ndim != 2 or topk.shape[0] != tokens.size:
-            raise ValueError(f"topk must be ({tokens.size}, K), got {topk.shape}")
-        rows = np.full((tokens.size, self.k), -1, dtype=np.int32)
-        w = min(self.k, topk.shape[1])
-        rows[:, :w] = topk[:, :w]
-        prow = np.full((tokens.size, self.k), -1.0, dtype=np.float32)
+        if topk.ndim != 2 or topk.shape[0] != n:
+            raise ValueError(f"topk must be ({n}, K), got {topk.shape}")
         if probs is not None:
             probs = np.asarray(probs)
             if probs.shape != topk.shape:
                 raise ValueError(f"probs must have topk's shape {topk.shape}, got {probs.shape}")
-            prow[:, :w] = probs[:, :w]
-            prow[rows < 0] = -1.0
-        keep = tokens >= 0
-        if not keep.all():
-            tokens, rows, prow = tokens[keep], rows[keep], prow[keep]
-            if tokens.size == 0:
-                return
-        hi = int(tokens.max())
-        if hi >= self.vocab_size:
-            self._grow(hi + 1)
-        # Index of the last occurrence of each distinct token.
-        uniq, first_rev = np.unique(tokens[::-1], return_index=True)
-        last = tokens.size - 1 - first_rev
-        self.table[uniq] = rows[last]
-        self.probs[uniq] = prow[last]
+        if not last:
+            return
+        toks = list(last)
+        if max(toks) >= self.vocab_size:
+            self._grow(max(toks) + 1)
+        idx = list(last.values())
+        w = min(self.k, topk.shape[1])
+        rows = topk[idx, :w]
+        if w == self.k:
+            self.table[toks] = rows
+        else:
+            self.table[toks, :w] = rows
+            self.table[toks, w:] = -1
+        if probs is None:
+            self.probs[toks] = -1.0
+        else:
+            self.probs[toks, :w] = np.where(rows >= 0, probs[idx, :w], -1.0)
+            if w < self.k:
+                self.probs[toks, w:] = -1.0
         cache = self._rows
         if cache:
             pop, pop_p = cache.pop, self._row_p.pop
-            for t in uniq.tolist():
+            for t in toks:
                 pop(t, None)
                 pop_p(t, None)
 
@@ -185,8 +191,11 @@ def write_tree_rows(store: CopyLogitStore, tokens: list[int], topk: np.ndarray |
     if topk is None or not tokens:
         return
     n = len(tokens)
-    on_path = np.zeros(n, dtype=bool)
-    on_path[[i for i in accepted if 0 <= i < n]] = True
-    order = np.concatenate([np.flatnonzero(~on_path), np.flatnonzero(on_path)])
-    store.write(np.asarray(tokens, dtype=np.int64)[order], np.asarray(topk)[:n][order],
-                None if probs is None else np.asarray(probs)[:n][order])
+    last: dict[int, int] = {}
+    for i, t in enumerate(tokens):
+        if t >= 0:
+            last[t] = i
+    for i in accepted:
+        if 0 <= i < n and tokens[i] >= 0:
+            last[tokens[i]] = i
+    store._put(last, np.asarray(topk)[:n], None if probs is None else np.asarray(probs)[:n], n)

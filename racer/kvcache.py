@@ -21,6 +21,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from .cpu.build import extension
+
 #: Spare room, in tokens, when a buffer is first allocated or regrown; growth is at least 1.5x
 #: so a long generation reallocates O(log n) times.
 HEADROOM = 256
@@ -28,12 +30,36 @@ HEADROOM = 256
 
 class GrowingLayer(DynamicLayer):
     """One layer's keys and values, (B, H, capacity, D) buffers of which the first `length`
-    entries are live; `self.keys`/`self.values` are views of that live part."""
+    entries are live; `self.keys`/`self.values` are views of that live part, made when read (a crop
+    after every verify step then only moves the length: making the views in each of 30 layers cost
+    more than the step's whole cache compaction)."""
+
+    _k: torch.Tensor | None = None
+    _v: torch.Tensor | None = None
+    length = 0
+
+    @property
+    def keys(self) -> torch.Tensor | None:  # type: ignore[override]
+        return None if self._k is None else self._k[..., :self.length, :]
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        # transformers assigns whole tensors (its __init__, offload, prefetch): that tensor is then
+        # the buffer, all of it live.
+        self._k = value
+        self.length = 0 if value is None else int(value.shape[-2])
+
+    @property
+    def values(self) -> torch.Tensor | None:  # type: ignore[override]
+        return None if self._v is None else self._v[..., :self.length, :]
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._v = value
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
-        self._k: torch.Tensor | None = None
-        self._v: torch.Tensor | None = None
+        self._k = self._v = None
         self.length = 0
         self.is_initialized = True
 
@@ -59,15 +85,11 @@ class GrowingLayer(DynamicLayer):
         if (self._k is None or end > self.capacity or self._k.shape[:-2] != key_states.shape[:-2]
                 or self._k.dtype != key_states.dtype):
             self._reserve(end, key_states, value_states)
-        self._k[..., n:end, :] = key_states
-        self._v[..., n:end, :] = value_states
-        self._set_length(end)
-        return self.keys, self.values
-
-    def _set_length(self, n: int) -> None:
-        self.length = n
-        self.keys = self._k[..., :n, :]
-        self.values = self._v[..., :n, :]
+        k, v = self._k[..., :end, :], self._v[..., :end, :]
+        k[..., n:, :] = key_states
+        v[..., n:, :] = value_states
+        self.length = end
+        return k, v
 
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
@@ -77,12 +99,11 @@ class GrowingLayer(DynamicLayer):
             raise ValueError(f"crop takes a negative count of tokens to drop, not {tokens_to_remove}")
         if tokens_to_remove == 0 or not self.is_initialized or self._k is None:
             return
-        self._set_length(max(0, self.length + tokens_to_remove))
+        self.length = max(0, self.length + tokens_to_remove)
 
     def reset(self) -> None:
         self._k = self._v = None
         self.length = 0
-        self.keys = self.values = None
         self.is_initialized = False
 
     def batch_repeat_interleave(self, repeats: int) -> None:
@@ -102,6 +123,25 @@ class GrowingCache(DynamicCache):
         super().__init__(config=config)
         self.layers = [GrowingLayer() if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) else layer
                        for layer in self.layers]
+
+    def compact(self, past_len: int, path: list[int]) -> bool:
+        """Move entries `past_len + path[j]` to `past_len + j` in every layer, in place, with racer's
+        kernel (one call for all layers instead of two PyTorch ops per tensor); False, touching
+        nothing, where it cannot run (a layer of another class or not on the CPU, no kernels)."""
+        ops = extension()
+        if ops is None or not hasattr(ops, "compact_rows"):
+            return False
+        buffers = []
+        for layer in self.layers:
+            if type(layer) is not GrowingLayer:
+                return False
+            if layer._k is None:
+                continue
+            if layer._k.device.type != "cpu":
+                return False
+            buffers += [layer._k, layer._v]
+        ops.compact_rows(buffers, int(past_len), [int(i) for i in path])
+        return True
 
 
 def new_cache(model: Any) -> DynamicCache:

@@ -35,6 +35,11 @@ _RUN_PRIOR = ((0.3, 0.6, 0.75), (0.6, 0.7, 0.85), (0.8, 0.8, 0.8), (0.8, 0.85, 0
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
 #: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md, "Sizing").
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
+#: A node this unlikely to be accepted is never worth its place in a verified tree: on the 2-core
+#: CPUs a node costs 1-4 % of a forward, so it must add about 0.02 expected tokens to pay; even on a
+#: GPU, where nodes are nearly free, a thousand of them would add one token. Its children are
+#: not estimated (`AcceptanceModel.estimate`).
+NEGLIGIBLE = 1e-3
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 
 
@@ -114,11 +119,15 @@ class AcceptanceModel:
         return q
 
     def estimate(self, tree: DraftTree, burst: int = 0) -> list[float]:
-        """P(node accepted) for every node (root = 1)."""
+        """P(node accepted) for every node (root = 1). Below a node whose P is under `NEGLIGIBLE`
+        the descendants get 0 without being looked at (P only falls along a path): on a CPU they
+        never pay for their place, and the deep copy-logit nodes that fill most of a pool are such."""
         sib = self._sibling_freq(tree)
         p = [1.0] * len(tree)
+        parents = tree.parents
         for i in range(1, len(tree)):
-            p[i] = p[tree.parents[i]] * self._q(self.features(tree, i, sib, burst))
+            up = p[parents[i]]
+            p[i] = up * self._q(self.features(tree, i, sib, burst)) if up >= NEGLIGIBLE else 0.0
         return p
 
     def update(self, tree: DraftTree, accepted: list[int], burst: int = 0) -> None:

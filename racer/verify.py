@@ -98,6 +98,10 @@ def keep_path(cache: Any, past_len: int, path: list[int], tree_len: int) -> None
         if drop:
             cache.crop(-drop)
         return
+    compact = getattr(cache, "compact", None)
+    if compact is not None and compact(past_len, path):
+        cache.crop(-(tree_len - len(path)))
+        return
     src = torch.tensor(path, dtype=torch.long) + past_len
     on: dict[torch.device, torch.Tensor] = {}   # one copy per device a layer lives on (a split model)
     for layer in cache.layers:

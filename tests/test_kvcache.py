@@ -68,6 +68,31 @@ def test_append_writes_in_place_and_crop_only_moves_the_length(lm):
         assert cache.get_seq_length() == 0
 
 
+@pytest.mark.skipif(kvcache.extension() is None, reason="racer's CPU kernels are not built here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compaction_kernel_moves_the_path_down_in_every_layer(lm, dtype):
+    """One kernel call does what keep_path's PyTorch ops do per tensor; it refuses a path that
+    does not increase (moving rows down in place is only safe in path order)."""
+    cache = kvcache.new_cache(lm.model)
+    gen = torch.Generator().manual_seed(0)
+    for layer in cache.layers:
+        layer.lazy_initialization(torch.zeros(1), torch.zeros(1))
+        layer._k = torch.randn(1, 2, 40, 8, generator=gen).to(dtype)
+        layer._v = torch.randn(1, 2, 40, 8, generator=gen).to(dtype)
+        layer.length = 30
+    past, path = 20, [0, 3, 4, 8]
+    want = [(l._k.clone(), l._v.clone()) for l in cache.layers]
+    for k, v in want:
+        src = torch.tensor(path) + past
+        k[..., past:past + len(path), :] = k.index_select(-2, src)
+        v[..., past:past + len(path), :] = v.index_select(-2, src)
+    assert cache.compact(past, path)
+    for layer, (k, v) in zip(cache.layers, want):
+        assert torch.equal(layer._k, k) and torch.equal(layer._v, v)
+    with pytest.raises(RuntimeError, match="increase"):
+        cache.compact(past, [0, 2, 2])
+
+
 @pytest.mark.parametrize("method", ["racer", "tr", "ar"])
 def test_decode_matches_dynamic_cache_decode(lm, monkeypatch, method):
     prompt = rand_prompt(random.Random(5), 30)

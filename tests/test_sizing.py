@@ -6,6 +6,7 @@ import pytest
 
 from racer import DecodeConfig, decode, make_drafter
 from racer.costcurve import CostCurve, get_cost_curve
+from racer import sizing
 from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, p_bucket, prune
 from racer.tree import DraftTree
 from racer.tiny import tiny_lm
@@ -180,6 +181,22 @@ def test_acceptance_separates_confident_rows_from_flat_ones():
     p1 = m.estimate(tree)
     assert p1[sure] > 0.85 and p1[flat] / p1[sure] < 0.1
     assert [p_bucket(p) for p in (None, -1.0, 0.0, 0.05, 0.3, 0.6, 0.99)] == [-1, -1, 0, 1, 2, 3, 4]
+
+
+def test_nodes_below_a_negligible_one_are_not_estimated():
+    # A chain of flat-row logits nodes: P falls by about 0.015 a level, so from depth 2 it is under
+    # NEGLIGIBLE and everything below gets 0, which sizing never keeps; above it the estimate is
+    # the full product.
+    tree = DraftTree.root_only(0)
+    at = 0
+    for t in range(1, 6):
+        at = tree.add(at, t, "logits", 0, p_row=0.01)
+    sure = tree.add(0, 9, "logits", 0, p_row=0.9)
+    p = AcceptanceModel().estimate(tree)
+    assert p[1] == pytest.approx(0.015, rel=0.05) and p[2] == pytest.approx(p[1] * 0.015, rel=0.05)
+    assert p[2] < sizing.NEGLIGIBLE and p[3:6] == [0.0, 0.0, 0.0] and p[sure] > 0.3
+    keep, _, _ = choose_size(p, lambda T: 10.0, 0.0)   # nodes free: everything that may pay is kept
+    assert keep == [0, 1, 2, sure]
 
 
 def test_loop_hands_row_probabilities_to_the_drafter():

@@ -12,6 +12,7 @@ torch::Tensor argmax_rows(const torch::Tensor& logits);
 std::tuple<torch::Tensor, torch::Tensor> topk_rows(const torch::Tensor& logits, int64_t k, bool probs);
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor rope_rows(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+void compact_rows(const std::vector<torch::Tensor>& buffers, int64_t past, const std::vector<int64_t>& path);
 }  // namespace racer
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -23,5 +24,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("argmax_rows", &racer::argmax_rows, "first index of each row's largest logit (AVX2)");
   m.def("rms_norm", &racer::rms_norm, "Llama-family RMSNorm of float32 or bfloat16 rows (AVX2)");
   m.def("rope_rows", &racer::rope_rows, "rotary position embedding of float32 or bfloat16 query/key rows");
+  m.def("compact_rows", &racer::compact_rows,
+        "move a draft tree's accepted path down behind the prefix in every KV buffer, in place");
   m.def("topk_rows", &racer::topk_rows, "each row's k largest logits' ids, descending, and their softmax probabilities (AVX2)");
 }
