@@ -87,7 +87,8 @@ class CopyLogitStore:
     def _put(self, last: dict[int, int], topk: np.ndarray, probs: np.ndarray | None, n: int) -> None:
         """Row `t` := `topk[last[t]]` for every token `t` in `last`. After every verify step this
         runs on a cold cache (the forward has just evicted it), so it makes as few numpy calls as
-        it can: a per-token numpy pass cost 0.23 ms a step in decoding, 5x its warm time."""
+        it can: deduplicating with np.unique and masks cost 0.23 ms a step in decoding (0.05 ms
+        when timed alone), this 0.12 (2-core EPYC, default model)."""
         topk = np.asarray(topk)
         if topk.ndim != 2 or topk.shape[0] != n:
             raise ValueError(f"topk must be ({n}, K), got {topk.shape}")

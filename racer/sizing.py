@@ -35,12 +35,12 @@ _RUN_PRIOR = ((0.3, 0.6, 0.75), (0.6, 0.7, 0.85), (0.8, 0.8, 0.8), (0.8, 0.85, 0
 #: parent was accepted) q was 0.01-0.02 below 0.05, 0.04-0.08 in 0.05-0.2, 0.16-0.26 in
 #: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md, "Sizing").
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
+_P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 #: A node this unlikely to be accepted is never worth its place in a verified tree: on the 2-core
 #: CPUs a node costs 1-4 % of a forward, so it must add about 0.02 expected tokens to pay; even on a
-#: GPU, where nodes are nearly free, a thousand of them would add one token. Its children are
+#: GPU, where nodes are nearly free, a thousand of them would add less than one token. Its children are
 #: not estimated (`AcceptanceModel.estimate`).
 NEGLIGIBLE = 1e-3
-_P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
 
 
 def p_bucket(p: float | None) -> int:
