@@ -1,8 +1,14 @@
 """The hardware cost curve: verify-forward time t(T, context) for tree size T on this model,
-device and dtype. Measured once (seconds), cached on disk, interpolated at use.
+device and dtype, and the prefill's time for a prompt of n tokens. Measured once (seconds),
+cached on disk, interpolated at use.
 
 On a GPU t(64) ~ t(1); on a small CPU it is not (DESIGN.md §4), which is why tree sizes
-must come from this curve rather than from a paper's default.
+must come from this curve rather than from a paper's default. The prefill has its own points
+because the tree curve stops at 64 tokens, is timed at a context of 128 or more, and a prompt's
+attention grows with its square: extrapolated linearly, its time for a prompt of 8-2048 tokens
+sat 0.70-1.14x from the measured prefill, so the race's quiet estimate of a prefill (racer.race),
+a ratio learnt on one prompt, could not carry to a prompt of another length; the timed points
+sit 0.81-0.99x (`python scripts/prefill_shape.py`; docs/PERFORMANCE.md, "The race's clock").
 """
 from __future__ import annotations
 
@@ -10,9 +16,10 @@ import hashlib
 import json
 import platform
 import random
+import statistics
 import time
 from bisect import bisect_left
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +36,9 @@ from .verify import forward_tree
 CPU_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 GPU_SIZES = CPU_SIZES + (96, 128)
 CONTEXTS = (128, 512, 1536)
+#: Prompt lengths whose prefill `get_cost_curve` times (those below the model's context; the app
+#: takes prompts up to 2048 tokens on a CPU): about 15 s on a 2-core CPU, most of it the longest.
+PREFILL_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
 @dataclass
@@ -38,6 +48,8 @@ class CostCurve:
     ms: list[list[float]]          # ms[c][s]: median forward ms at contexts[c], sizes[s]
     key: dict[str, str]
     measured_at: str = ""
+    prefill_tokens: list[int] = field(default_factory=list)   # prompt lengths whose prefill was timed
+    prefill_ms: list[float] = field(default_factory=list)     # their fastest prefill ms, from an empty cache
 
     def t(self, size: int, context: int) -> float:
         """Interpolated forward ms (linear in T and in context; clamped outside the grid
@@ -79,6 +91,33 @@ class CostCurve:
         w = (size - s[j - 1]) / (s[j] - s[j - 1])
         return y[j - 1] * (1 - w) + y[j] * w
 
+    def prefill(self, tokens: int) -> float:
+        """Prefill ms for a prompt of `tokens` tokens fed into an empty cache: linear between the
+        timed lengths (from the one-token forward below the shortest), a parabola through the last
+        three beyond the longest (attention grows with the square; never flatter than the last
+        segment). A curve without prefill points (an older cache file) falls back to the tree
+        curve at the smallest context."""
+        xs, ys = self.prefill_tokens, self.prefill_ms
+        if not xs:
+            return self.t(tokens, 0)
+        if tokens <= xs[0]:
+            one = min(self._at_size(1, 0), ys[0])
+            w = (tokens - 1) / (xs[0] - 1) if xs[0] > 1 else 1.0
+            return one + max(0.0, w) * (ys[0] - one)
+        if tokens <= xs[-1]:
+            j = bisect_left(xs, tokens)
+            w = (tokens - xs[j - 1]) / (xs[j] - xs[j - 1])
+            return ys[j - 1] * (1 - w) + ys[j] * w
+        last = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (tokens - xs[-1]) if len(xs) > 1 else ys[-1] * tokens / xs[-1]
+        if len(xs) < 3:
+            return last
+        (x0, x1, x2), (y0, y1, y2) = xs[-3:], ys[-3:]
+        # Lagrange form of the parabola through the last three points.
+        x = tokens
+        par = (y0 * (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2)) + y1 * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
+               + y2 * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1)))
+        return max(last, par)
+
     def table(self, context: int, sizes: list[int] | None = None) -> dict[str, list[float]]:
         sizes = sizes or self.sizes
         return {"sizes": list(sizes), "ms": [round(self.t(s, context), 3) for s in sizes]}
@@ -100,7 +139,7 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
     if lm.device.type == "cuda":
         dev = torch.cuda.get_device_name(lm.device)
     attn = str(getattr(lm.model.config, "_attn_implementation", "?"))
-    return {"format": "5", "cache": "growing", **cpu.signature(lm.model), "attn": attn, "model": lm.name,
+    return {"format": "6", "cache": "growing", **cpu.signature(lm.model), "attn": attn, "model": lm.name,
             "spec": lm.spec, "device": dev, "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": str(torch.get_num_threads()), "cpu": cpu_name, "torch": torch.__version__}
 
@@ -120,7 +159,10 @@ def random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
 
 @torch.inference_mode()
 def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
-            repeats: int = 5, progress: Callable[[str], None] | None = None) -> CostCurve:
+            repeats: int = 5, progress: Callable[[str], None] | None = None,
+            prefill: tuple[int, ...] = ()) -> CostCurve:
+    """Time tree forwards of each size at each context (and, with `prefill`, the prefill of
+    prompts of those lengths)."""
     sizes = sizes or (GPU_SIZES if lm.device.type == "cuda" else CPU_SIZES)
     contexts = tuple(c for c in contexts if c + max(sizes) < lm.max_context) or (min(64, lm.max_context // 2),)
     rng = random.Random(0)
@@ -156,7 +198,37 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
         for si in range(1, len(row)):
             row[si] = max(row[si], row[si - 1])
         grid.append(row)
-    return CostCurve(list(sizes), list(contexts), grid, curve_key(lm), time.strftime("%Y-%m-%d %H:%M:%S"))
+    lengths = [n for n in prefill if n < lm.max_context]
+    return CostCurve(list(sizes), list(contexts), grid, curve_key(lm), time.strftime("%Y-%m-%d %H:%M:%S"),
+                     lengths, measure_prefill(lm, lengths, rng, progress) if lengths else [])
+
+
+@torch.inference_mode()
+def measure_prefill(lm: LoadedModel, lengths: list[int], rng: random.Random,
+                    progress: Callable[[str], None] | None = None, rounds: int = 3) -> list[float]:
+    """The median of `rounds` prefills of random prompts of each length, as the decode loop feeds
+    a prompt: into an empty cache, the last position's logits kept. Rounds over all lengths (as
+    above). The median and not the fastest: the race judges a prefill by its ratio to these
+    points, so their shape across lengths is what matters, and on a shared host the fastest of
+    two caught a fast moment at the short lengths (16 tokens 20-30 % below later timings)."""
+    times: list[list[float]] = [[] for _ in lengths]
+    for r in range(rounds):
+        if progress:
+            progress(f"measuring the cost curve: prefills of {lengths[0]}-{lengths[-1]} tokens, round {r + 1}/{rounds}")
+        for i, n in enumerate(lengths):
+            ids = torch.tensor([[rng.randrange(lm.vocab_size) for _ in range(n)]], device=lm.device)
+            cache = new_cache(lm.model)
+            if lm.device.type == "cuda":
+                torch.cuda.synchronize(lm.device)
+            t0 = time.perf_counter()
+            logits = lm.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits
+            argmax(logits[0]).tolist()
+            times[i].append((time.perf_counter() - t0) * 1e3)
+            del cache
+    row = [statistics.median(t) for t in times]
+    for i in range(1, len(row)):   # a longer prompt never costs less
+        row[i] = max(row[i], row[i - 1])
+    return row
 
 
 def get_cost_curve(lm: LoadedModel, remeasure: bool = False,
@@ -176,7 +248,7 @@ def get_cost_curve(lm: LoadedModel, remeasure: bool = False,
         except (ValueError, TypeError):
             curve = None
     if curve is None:
-        curve = measure(lm, progress=progress)
+        curve = measure(lm, progress=progress, prefill=PREFILL_TOKENS)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")

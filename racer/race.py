@@ -19,9 +19,9 @@ nearly the same work in every lane (RACER and Token Recycling also read the top-
 positions and build their tables: 5-10 % more on the default model), so a whole-request
 comparison charges each lane its own prefill but at most `PREFILL_SPREAD` x the race's shortest
 (`shared_prefill_s`): a prefill longer than that was slowed by other work, which must not decide
-the comparison. A prefill is judged like a forward, against the cost curve's time for its tokens
-(extrapolated past the largest tree) and the method's prefill level from earlier quiet races; a
-disturbed one is charged that quiet estimate.
+the comparison. A prefill is judged like a forward, against the cost curve's prefill time for its tokens
+(`CostCurve.prefill`, timed at prompt lengths up to 1024) and the method's prefill level from
+earlier quiet races; a disturbed one is charged that quiet estimate.
 
 What the clock leaves out: the page's work (building and sending frames happens between steps,
 outside the timed `next()`, and the garbage collection that work causes is held off during a
@@ -219,8 +219,8 @@ class Lane:
     @property
     def quiet_prefill_s(self) -> float:
         """The prefill as measured, or if it was disturbed its quiet estimate: the cost curve's
-        time for that many tokens (extrapolated past the curve's largest tree) x the level that
-        quiet races measured for this method's prefill against it."""
+        prefill time for that many tokens (`CostCurve.prefill`) x the level that quiet races
+        measured for this method's prefill against it."""
         if self.prefill_disturbed:
             return self.prefill_level * self.prefill_expected_ms / 1e3
         return self.prefill_s
@@ -287,7 +287,9 @@ class Race:
         self.stop_reason: str | None = None
         self.lanes: dict[str, Lane] = {}
         self.new_from = new_from
-        self.prefill_tokens = len(input_ids) - new_from   # what each lane's prefill feeds
+        # What each lane's prefill feeds: the whole prompt (a new cache; `new_from` only says
+        # which positions are new to the drafters).
+        self.prefill_tokens = len(input_ids)
         for method, drafter in drafters.items():
             cfg = (configs or {}).get(method, base)
             cfg = dataclasses.replace(cfg, detail=method in detail_for)
@@ -404,7 +406,7 @@ class Race:
         """What a lane's prefill is judged by: the curve's time for its tokens, the method's
         prefill level from earlier quiet races."""
         if self.curve is not None and self.prefill_tokens > 0:
-            lane.prefill_expected_ms = self.curve.t(self.prefill_tokens, self.new_from)
+            lane.prefill_expected_ms = self.curve.prefill(self.prefill_tokens)
             if self.levels is not None:
                 lane.prefill_level = self.levels.level(PREFILL + lane.method)
 

@@ -122,13 +122,18 @@ def test_a_race_busy_from_its_first_forward_is_charged_by_earlier_quiet_races(lm
     assert levels.level("ar") == learnt["ar"]          # unchanged by the busy race
 
 
-def test_a_disturbed_prefill_is_charged_what_quiet_races_measured_for_it(lm):
+@pytest.mark.parametrize("prefill_points", [False, True], ids=["tree-curve", "prefill-points"])
+def test_a_disturbed_prefill_is_charged_what_quiet_races_measured_for_it(lm, prefill_points):
     curve = tight_curve()
+    if prefill_points:      # a curve that timed prefills judges a prompt by them, not by the trees
+        curve.prefill_tokens, curve.prefill_ms = [8, 32, 128], [3.0, 4.0, 9.0]
+        assert curve.prefill(len(prompt())) == pytest.approx(3.0 + (len(prompt()) - 8) / 24)
     drafters = lambda: {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")}  # noqa: E731
     first = run(Race(lm, prompt(), drafters(), DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=curve))
     assert all(ln.prefill_level is None and not ln.prefill_disturbed for ln in first.lanes.values())
     learnt = quiet_levels(curve).level(PREFILL + "ar")
-    assert learnt == pytest.approx(first.lanes["ar"].prefill_s * 1e3 / curve.t(len(prompt()), 0))
+    assert first.lanes["ar"].prefill_expected_ms == curve.prefill(len(prompt()))
+    assert learnt == pytest.approx(first.lanes["ar"].prefill_s * 1e3 / curve.prefill(len(prompt())))
     real = lm.model.forward
 
     def slow_prefill(*a, **kw):        # only a prefill feeds the whole prompt at once

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from racer import DecodeConfig, decode, make_drafter
-from racer.costcurve import CostCurve, get_cost_curve
+from racer.costcurve import PREFILL_TOKENS, CostCurve, get_cost_curve
 from racer import sizing
 from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, p_bucket, prune
 from racer.tree import DraftTree
@@ -109,6 +109,22 @@ def test_cost_curve_interpolates():
     assert c.t(128, 100) > c.t(64, 100)
 
 
+def test_prefill_time_follows_its_own_points():
+    c = CostCurve([1, 8, 64], [128], [[10, 20, 80]], {}, "", [16, 64, 256, 1024], [20.0, 60.0, 250.0, 1200.0])
+    assert [c.prefill(n) for n in (16, 64, 256, 1024)] == [20.0, 60.0, 250.0, 1200.0]
+    assert c.prefill(40) == pytest.approx(40.0) and c.prefill(640) == pytest.approx(725.0)
+    # Below the shortest: from the one-token forward up to it.
+    assert c.prefill(1) == 10 and c.prefill(8) == pytest.approx(10 + 7 / 15 * 10)
+    # Beyond the longest: the parabola through the last three (attention grows with the square),
+    # never below the last segment's line.
+    a, b, cc = np.polyfit([64, 256, 1024], [60.0, 250.0, 1200.0], 2)
+    assert c.prefill(2048) == pytest.approx(a * 2048 ** 2 + b * 2048 + cc)
+    assert c.prefill(2048) >= 1200 + (1200 - 250) / 768 * 1024
+    # A curve cached before prefills were timed falls back to the tree curve at the first context.
+    old = CostCurve(**{k: v for k, v in c.to_dict().items() if not k.startswith("prefill")})
+    assert old.prefill_tokens == [] and old.prefill(300) == old.t(300, 0)
+
+
 @pytest.mark.parametrize("contexts", [[16], [128, 512, 1536]])
 def test_cost_curve_rows_equal_single_sizes(contexts):
     rng = random.Random(len(contexts))
@@ -125,6 +141,9 @@ def test_auto_capacity_is_lossless(tmp_path, monkeypatch):
     lm = tiny_lm(vocab=96)
     curve = get_cost_curve(lm)
     assert list(curve.sizes)[:3] == [1, 2, 4] and all(m > 0 for row in curve.ms for m in row)
+    # The prefills it timed: the lengths the tiny model's context holds, never cheaper when longer.
+    assert curve.prefill_tokens == [n for n in PREFILL_TOKENS if n < lm.max_context] and len(curve.prefill_tokens) > 2
+    assert all(0 < a <= b for a, b in zip(curve.prefill_ms, curve.prefill_ms[1:]))
     assert any(tmp_path.rglob("*.json"))  # cached on disk
     rng = random.Random(5)
     for _ in range(3):
