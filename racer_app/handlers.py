@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import logging
 import os
 import re
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Generator, Iterator
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 from racer import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, make_drafter
 from racer.models import resolve_device, resolve_dtype
@@ -31,7 +33,8 @@ from racer.prompting import common_prefix
 from racer.race import Race
 from racer.records import run_numbers
 from racer.replay import Turn
-from visuals import acceptance_by_source, cost_figure, race_figure
+from visuals import acceptance_by_source, cost_figure
+from visuals.race_figure import race_figure_spec
 from visuals.bench_figures import bench_figures
 
 from . import explainer as X
@@ -40,7 +43,7 @@ from .format import (METHOD_TITLES, md_text, SpanBuilder, find_cost_curve, lane_
                      numbers_md, series_md, sizing_md, step_sentence, trace_header_md, verdict_md)
 from .decodethreads import DecodeSlots
 from .desk import Desk
-from .inspector import clamp_step, empty_figure, fig_width, fluid, render_step, step_of_span
+from .inspector import clamp_step, empty_figure, fig_width, fluid, fluid_spec, render_step, step_of_span
 from .jobs import Job
 from .models import ModelStore
 from .session import Session, Trace, bound_detail
@@ -68,6 +71,14 @@ def _decode_one(tok: Any, t: int) -> str:
 
 def _decode_many(tok: Any, ids: list[int]) -> str:
     return tok.decode([int(t) for t in ids], skip_special_tokens=True)
+
+
+def race_plot(race: Race, viewport: Any = None) -> PlotData:
+    """The race's plot as gr.Plot takes it, built as plain JSON: a live race sends one several
+    times a second, and plotly's validated figure objects cost 35-50 ms each on the server's
+    cores (visuals.race_figure.race_figure_spec)."""
+    spec = race_figure_spec(race_plot_data(race.lanes), width=PLOT_WIDTH, prefill_s=race.shared_prefill_s)
+    return PlotData(type="plotly", plot=json.dumps(fluid_spec(spec, viewport)))
 
 
 def race_span_builders(lm: Any) -> dict[str, SpanBuilder]:
@@ -412,8 +423,7 @@ class Studio:
         yield self._race_frame(status=f"{done} {head}" + (f"  \n{note}" if note else "") +
                                "  \nOpen **Step inspector** to replay RACER's steps.",
                                lanes=race.lanes, spans={m: list(builders[m].spans) for m in RACE_METHODS},
-                               plot=fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH,
-                                                      prefill_s=race.shared_prefill_s), viewport),
+                               plot=race_plot(race, viewport),
                                verdict=verdict, running=False, sess=sess, series=series if repeats > 1 else None)
 
     @staticmethod
@@ -443,8 +453,7 @@ class Studio:
             if now - last_text >= TEXT_EVERY_S:
                 plot = None
                 if now - last_plot >= PLOT_EVERY_S:
-                    plot = fluid(race_figure(race_plot_data(race.lanes), width=PLOT_WIDTH,
-                                             prefill_s=race.shared_prefill_s), viewport)
+                    plot = race_plot(race, viewport)
                     last_plot = now
                 spans = {m: list(builders[m].spans) for m in dirty}
                 dirty.clear()

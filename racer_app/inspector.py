@@ -74,17 +74,36 @@ def fluid(fig: go.Figure, viewport: Any = None) -> go.Figure:
     viewport's width instead). On a narrow screen the one-line subtitle (plotly cannot wrap it)
     is dropped and a long title shortened, rather than clipped."""
     fig.update_layout(width=None, autosize=True)
+    narrow = _narrow_title(fig.layout.title.text if fig.layout.title is not None else None, viewport)
+    if narrow is not None:
+        fig.update_layout(title_subtitle_text="", title_text=narrow)
+    return fig
+
+
+def fluid_spec(spec: dict[str, Any], viewport: Any = None) -> dict[str, Any]:
+    """`fluid` for a figure given as plain plotly JSON (visuals.race_figure.race_figure_spec); in place."""
+    layout = spec["layout"]
+    layout.pop("width", None)
+    layout["autosize"] = True
+    title = layout.get("title")
+    narrow = _narrow_title(title.get("text") if isinstance(title, dict) else None, viewport)
+    if narrow is not None:
+        title["text"] = narrow
+        title.setdefault("subtitle", {})["text"] = ""
+    return spec
+
+
+def _narrow_title(text: str | None, viewport: Any) -> str | None:
+    """On a screen under 700 px wide, the title to show without its subtitle (shortened to fit);
+    None on a wider screen or for a chart with no title."""
     try:
         vw = int(float(viewport or 0))
     except (TypeError, ValueError):
         vw = 0
-    if 0 < vw < 700 and fig.layout.title is not None:
-        fig.update_layout(title_subtitle_text="")
-        text = fig.layout.title.text or ""
-        room = max(16, (vw - 48) // 10)
-        if len(text) > room:
-            fig.update_layout(title_text=text[: room - 1].rstrip(" :,") + "…")
-    return fig
+    if not 0 < vw < 700 or text is None:
+        return None
+    room = max(16, (vw - 48) // 10)
+    return text[: room - 1].rstrip(" :,") + "…" if len(text) > room else text
 
 
 def empty_figure(message: str, height: int = 180) -> go.Figure:

@@ -1,6 +1,8 @@
 """Figure builders: expected traces, counts and colours on fixture step records (no rendering)."""
+import json
 import random
 
+import plotly.graph_objects as go
 import pytest
 
 from racer.records import StepRecord
@@ -10,6 +12,7 @@ from visuals import (acceptance_by_source, acceptance_histogram, automaton_figur
 from visuals import colors as C
 from visuals import samples as S
 from visuals.automaton_figure import AGE_MAX, age_value
+from visuals.race_figure import method_name, race_figure_spec
 from visuals.layout import collisions, tidy_positions
 from visuals.tokens import cells, truncate, visible
 from visuals.tree_figure import label_boxes
@@ -302,6 +305,32 @@ def test_race_figure():
         assert t.line.color == C.method_color(t.meta["method"])
         assert list(t.y) == [p[1] for p in race[t.meta["method"]]["points"]]
     assert len(fig.layout.annotations) == len(race)
+
+
+@pytest.mark.parametrize("prefill_s", [None, 0.12])
+def test_the_race_figure_streamed_as_plain_json_is_what_plotly_writes(prefill_s):
+    """A live race sends race_figure_spec's dict as it is, without plotly's validation: it must be
+    valid plotly and exactly what plotly itself would write for it."""
+    race = S.race_data()
+    spec = race_figure_spec(race, prefill_s=prefill_s)
+    assert json.loads(race_figure(race, prefill_s=prefill_s).to_json()) == json.loads(json.dumps(spec))
+    texts = [a["text"] for a in spec["layout"]["annotations"]]
+    # Every method keeps its end label beside the prefill's (plotly's update_layout had merged the
+    # first label into the prefill's annotation and lost it).
+    assert texts[:1] == (["prefill"] if prefill_s else texts[:1])
+    assert sorted(t.split("</b>")[0] for t in texts if t != "prefill") == sorted(
+        f"<b>{method_name(m)}" for m in race)
+    assert spec["layout"]["template"] == json.loads(race_figure(race).to_json())["layout"]["template"]
+
+
+@pytest.mark.parametrize("viewport", [None, 1200, 640, 360])
+def test_fluid_spec_is_fluid_for_plain_json(viewport):
+    from racer_app.inspector import fluid, fluid_spec
+    spec = race_figure_spec(S.race_data(), prefill_s=0.1, title="A long title that a phone cannot show in full")
+    want = json.loads(fluid(go.Figure(spec), viewport).to_json())
+    assert json.loads(json.dumps(fluid_spec(spec, viewport))) == want
+    assert bool(want["layout"]["title"]["subtitle"]["text"]) == (viewport is None or viewport >= 700)
+    assert want["layout"]["title"]["text"].endswith("…") == (viewport == 360)
 
 
 def test_acceptance_histogram():

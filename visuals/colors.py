@@ -20,9 +20,12 @@ never reads as a source.
 """
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any, Iterable
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from racer import palette as P
 
@@ -172,6 +175,17 @@ class TraceList:
 
     def figure(self, layout: dict) -> go.Figure:
         return go.Figure(data=self.data, layout=layout)
+
+
+@lru_cache(maxsize=4)
+def _template_json(name: str) -> str:
+    return json.dumps(pio.templates[name].to_plotly_json())
+
+
+def template_json(name: str) -> dict:
+    """A named plotly template expanded to plain JSON, as plotly writes it into a figure (a fresh
+    copy each call): for figures built as plain dicts (visuals.race_figure.race_figure_spec)."""
+    return json.loads(_template_json(name))
 
 
 def base_layout(title: str, subtitle: str | None = None, *, legend_names: Iterable[str] | None = None,
