@@ -9,6 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from visuals import automaton_figure, cost_figure, draft_tree_figure
+from visuals.colors import blank_figure
 
 from .format import current_step_spans, rows_html, step_sentence
 from .session import Trace
@@ -107,7 +108,7 @@ def _narrow_title(text: str | None, viewport: Any) -> str | None:
 
 
 def empty_figure(message: str, height: int = 180) -> go.Figure:
-    fig = go.Figure()
+    fig = blank_figure()
     fig.update_layout(height=height, margin=dict(l=10, r=10, t=10, b=10), paper_bgcolor="white",
                       plot_bgcolor="white", xaxis=dict(visible=False), yaxis=dict(visible=False),
                       annotations=[dict(text=message, x=0.5, y=0.5, xref="paper", yref="paper",

@@ -333,6 +333,21 @@ def test_fluid_spec_is_fluid_for_plain_json(viewport):
     assert want["layout"]["title"]["text"].endswith("…") == (viewport == 360)
 
 
+def test_the_lean_template_draws_every_figure_as_plotly_white_does():
+    """Every figure keeps plotly_white's look through the lean template: it uses only the trace
+    types whose defaults the template keeps, and those defaults and the 2-D layout are plotly_white's."""
+    from visuals.gallery import build
+    import plotly.io as pio
+    full = pio.templates["plotly_white"].to_plotly_json()
+    lean = C.white_template()
+    assert lean["data"] == {k: full["data"][k] for k in C.TRACE_TYPES}
+    assert all(lean["layout"][k] == v for k, v in full["layout"].items() if k in lean["layout"])
+    figs, _ = build(with_model=True)
+    used = {t.type for f in figs.values() for t in f.data}
+    assert used and used <= set(C.TRACE_TYPES), used - set(C.TRACE_TYPES)
+    assert all(f.layout.template.to_plotly_json() == lean for f in figs.values() if f.layout.title.text)
+
+
 def test_acceptance_histogram():
     data = S.accept_lengths()
     fig = acceptance_histogram(data)

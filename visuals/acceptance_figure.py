@@ -22,7 +22,7 @@ from ._data import get
 
 def acceptance_histogram(lengths: dict[str, Sequence[int]], *, width: int = 900, height: int = 440,
                          title: str = "Tokens committed per step") -> go.Figure:
-    fig = go.Figure()
+    fig = C.blank_figure()
     cols = C.method_colors(lengths)
     top = max((max(v) for v in lengths.values() if len(v)), default=1)
     xs = list(range(1, top + 1))
@@ -58,7 +58,7 @@ def acceptance_by_source(steps: Sequence[Any], *, width: int = 900, height: int 
     present = [src for src in C.SOURCE_COLORS if any(c.get(src) for _, c in per)]
     order = [s for s in C.CORE_SOURCES if s in present or s in ("root",)] + \
         [s for s in present if s not in C.CORE_SOURCES]
-    fig = go.Figure()
+    fig = C.blank_figure()
     x = [i for i, _ in per]
     for src in order:
         ys = [c.get(src, 0) for _, c in per]

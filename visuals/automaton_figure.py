@@ -148,7 +148,7 @@ def automaton_figure(snapshot: dict[str, Any], decode: Callable[[int], str] = st
     """
     nodes = {n["id"]: n for n in (snapshot or {}).get("nodes", [])}
     if not nodes:
-        fig = go.Figure()
+        fig = C.blank_figure()
         fig.update_layout(**C.base_layout(title or "Automaton", "No automaton data in this step "
                                           "(retrieval off, or the record was made without detail).",
                                           width=width, height=160, xaxis=dict(visible=False),

@@ -30,7 +30,7 @@ def benchmark_figure(summary: dict[str, Any], *, width: int = 900, height: int =
     groups = cats + ["overall"]
     labels = [c.replace("_", " ") for c in cats] + ["<b>overall</b>"]
     cols = C.method_colors(methods)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.07)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.07, figure=C.blank_figure())
     for m, d in methods.items():
         def val(g, key):
             src = d.get("overall") if g == "overall" else (d.get("categories") or {}).get(g)

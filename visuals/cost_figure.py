@@ -31,7 +31,7 @@ def cost_figure(curve: dict[str, Any], *, width: int = 900, height: int = 460, h
     marker = dict(size=7) if len(sizes) <= 24 else dict(size=4)
     chosen = curve.get("chosen_T")
     hw = hardware or curve.get("hardware")
-    fig = go.Figure()
+    fig = C.blank_figure()
     fig.add_trace(go.Scatter(x=sizes, y=ms, mode="lines+markers", name="verify forward (ms, left axis)",
                              line=dict(color=MS_COLOR, width=2.5), marker=marker,
                              hovertemplate="T = %{x} nodes: %{y:.1f} ms per forward<extra></extra>",

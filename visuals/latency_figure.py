@@ -42,7 +42,7 @@ def latency_figure(runs: dict[str, Any], *, per: str = "token", width: int = 900
     phases = [p for p in C.PHASES if any(data[m][0].get(p) for m in methods)]
     others = sorted({k for m in methods for k in data[m][0] if k not in C.PHASES and k != "prefill"})
     names_y = [method_name(m) for m in methods]
-    fig = go.Figure()
+    fig = C.blank_figure()
 
     def denom(m):
         _, steps, tokens = data[m]

@@ -27,7 +27,7 @@ def method_name(method: str) -> str:
 def race_figure_spec(race: dict[str, dict[str, Any]], *, width: int | None = 900, height: int = 460,
                      title: str = "Race: tokens generated against compute time",
                      prefill_s: float | None = None) -> dict[str, Any]:
-    """The race figure as plain plotly JSON ({"data", "layout"}, the template expanded): what a live
+    """The race figure as plain plotly JSON ({"data", "layout"}, the template included): what a live
     race streams several times a second. Building it through plotly's validated objects took
     35-50 ms a frame on a 2-core CPU, most of it copying the template, on the server's cores
     between a race's steps; this takes a fraction of a millisecond, and `race_figure` checks it
@@ -81,7 +81,7 @@ def race_figure_spec(race: dict[str, dict[str, Any]], *, width: int | None = 900
     if width is None:
         layout.pop("width", None)
     layout.update(
-        template=C.template_json(layout["template"]), annotations=ann,
+        template=C.white_template(), annotations=ann,
         xaxis={"title": {"text": "own decoding time (s)" if prefill_s else "own compute time (s)"},
                "rangemode": "normal" if prefill_s else "tozero", "showline": True, "linecolor": "#999"},
         yaxis={"title": {"text": "tokens generated"}, "rangemode": "tozero", "showline": True, "linecolor": "#999"})
