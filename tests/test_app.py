@@ -410,3 +410,30 @@ def test_every_forward_of_a_race_and_a_chat_runs_on_the_decode_slots_thread():
         pass
     assert sess.trace is not None and sess.trace.source == "chat"
     assert threads == {"racer-decode"}
+
+
+def test_the_start_up_race_teaches_the_clock_before_any_visitor():
+    """The warm-up ends with a race nobody watches: run quiet, it gives every method of the race a
+    quiet level, so a visitor's first race, disturbed from its first forward, is not charged its
+    wall time."""
+    import dataclasses
+    import time
+
+    from racer.costcurve import CostCurve
+    from racer.race import quiet_levels
+    from racer_app.handlers import RACE_METHODS, Studio
+    from racer_app.models import ModelStore
+    lm = make_lm()
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    # A curve that expects 100 ms per forward: no tiny forward is disturbed, so the race is quiet.
+    lm.cost_curve = CostCurve(sizes, [64, 512], [[100.0] * len(sizes)] * 2, {"test": "generous"})
+    levels = quiet_levels(lm.cost_curve)
+    assert all(levels.level(m) is None for m in RACE_METHODS)
+    studio = Studio(ModelStore(lm), dataclasses.replace(LIMITS, max_new_tokens=128))
+    studio.warm_up_in_background()
+    deadline = time.monotonic() + 120
+    while studio.warming is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert studio.warming is None
+    for m in RACE_METHODS:
+        assert 0 < levels.level(m) < 1, m          # tiny forwards: far below the curve's 100 ms
