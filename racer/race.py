@@ -388,6 +388,11 @@ class Race:
             lane.hits.append(len(lane.charges) - 1)
         if lane.hits:
             self._settle(lane)
+        for other in self.lanes.values():
+            # A lane that finished before any level was known is settled once one is (a quick
+            # lane can end while the others have yet to show an undisturbed forward).
+            if other.done and other.hits and other.estimated_steps < len(other.hits):
+                self._settle(other)
 
     def level(self, method: str) -> float | None:
         """The quiet level a disturbed forward of `method` is charged by: the method's own learnt

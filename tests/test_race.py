@@ -325,3 +325,30 @@ def test_a_busy_machine_does_not_change_what_a_sized_lane_drafts(lm):
     # A sizer that learns from them too (version-1 traces) drafts other trees under the same load.
     _, _, learning_sizes = race_once(3, skip=False)
     assert learning_sizes != quiet_sizes
+
+
+def test_a_lane_that_finished_before_any_level_was_known_is_settled_once_one_is(lm):
+    """The machine is busy for the race's first forwards and quiet after: RACER, given few tokens,
+    ends while every forward so far was disturbed and no level is known (no earlier quiet race);
+    plain decoding's later, undisturbed forwards then give one, and RACER's disturbed steps must
+    be charged by it too, not left at their wall time."""
+    curve = tight_curve()
+    real, calls = lm.model.forward, [0]
+
+    def busy_first(*a, **kw):
+        calls[0] += 1
+        if calls[0] <= 12:
+            time.sleep(SLEEP_S)
+        return real(*a, **kw)
+    lm.model.forward = busy_first
+    try:
+        race = run(Race(lm, prompt(), {"racer": make_drafter("racer", vocab_size=V), "ar": make_drafter("ar")},
+                        DecodeConfig(max_new_tokens=32, capacity=8),
+                        configs={"racer": DecodeConfig(max_new_tokens=4, capacity=8)},
+                        cost_curve=curve, levels=QuietLevels()))
+    finally:
+        lm.model.forward = real
+    r, ar = race.lanes["racer"], race.lanes["ar"]
+    assert r.disturbed_steps == r.checked_forwards > 0            # RACER never saw a quiet forward
+    assert ar.checked_forwards - ar.disturbed_steps >= QuietLevels.MIN
+    assert r.estimated_steps == r.disturbed_steps and r.compute_s < SLEEP_S
