@@ -49,7 +49,7 @@ class CostCurve:
     key: dict[str, str]
     measured_at: str = ""
     prefill_tokens: list[int] = field(default_factory=list)   # prompt lengths whose prefill was timed
-    prefill_ms: list[float] = field(default_factory=list)     # their fastest prefill ms, from an empty cache
+    prefill_ms: list[float] = field(default_factory=list)     # their median prefill ms, from an empty cache
 
     def t(self, size: int, context: int) -> float:
         """Interpolated forward ms (linear in T and in context; clamped outside the grid

@@ -19,9 +19,9 @@ nearly the same work in every lane (RACER and Token Recycling also read the top-
 positions and build their tables: 5-10 % more on the default model), so a whole-request
 comparison charges each lane its own prefill but at most `PREFILL_SPREAD` x the race's shortest
 (`shared_prefill_s`): a prefill longer than that was slowed by other work, which must not decide
-the comparison. A prefill is judged like a forward, against the cost curve's prefill time for its tokens
-(`CostCurve.prefill`, timed at prompt lengths up to 1024) and the method's prefill level from
-earlier quiet races; a disturbed one is charged that quiet estimate.
+the comparison. A prefill is judged like a forward, against the cost curve's prefill time for its
+tokens (`CostCurve.prefill`, timed at prompt lengths of 16-2048) and the method's prefill level
+from earlier quiet races; a disturbed one is charged that quiet estimate.
 
 What the clock leaves out: the page's work (building and sending frames happens between steps,
 outside the timed `next()`, and the garbage collection that work causes is held off during a
