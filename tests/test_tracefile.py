@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 
 import pytest
 
 from racer import anatomy as A
+from racer import loop
 from racer import DecodeConfig, DecodeRun, make_drafter
 from racer.records import run_numbers
 from racer.replay import ReplayError, Turn
@@ -106,19 +106,19 @@ def test_the_shipped_traces_replay_exactly():
             assert evicted > 0, "the small-automaton example shows evictions"
 
 
-def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path):
-    # Version 1 sizers learnt from disturbed forwards too. Every third forward sleeps 30 ms
-    # (about 3x the curve): recorded that way, the run replays only if the file's sizer learns
-    # from those forwards again.
+def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path, monkeypatch):
+    # Version 1 sizers learnt from disturbed forwards too. Every third forward is timed at 33 ms
+    # (3x the curve), the others at 11: recorded that way, the run replays only if the file's
+    # sizer learns from those forwards again. The times are scripted, not slept: with real sleeps
+    # a busy CI machine's own timings once left the two sizers choosing the same trees.
     lm = tiny_lm(vocab=V, seed=3, max_context=1024)
-    real, calls = lm.model.forward, [0]
+    calls = [0]
 
-    def busy_forward(*a, **kw):
-        calls[0] += 1
-        if calls[0] % 3 == 0:
-            time.sleep(0.03)
-        return real(*a, **kw)
-    lm.model.forward = busy_forward
+    class ScriptedClock(loop._ForwardClock):
+        def ms(self) -> float:
+            calls[0] += 1
+            return 33.0 if calls[0] % 3 == 0 else 11.0
+    monkeypatch.setattr(loop, "_ForwardClock", ScriptedClock)
     sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True, match_run=False)
     run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=60), sizer=sizer)
     steps = list(run)
