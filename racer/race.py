@@ -286,7 +286,6 @@ class Race:
         self._halt = threading.Event()
         self.stop_reason: str | None = None
         self.lanes: dict[str, Lane] = {}
-        self.new_from = new_from
         # What each lane's prefill feeds: the whole prompt (a new cache; `new_from` only says
         # which positions are new to the drafters).
         self.prefill_tokens = len(input_ids)

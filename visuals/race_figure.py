@@ -78,8 +78,6 @@ def race_figure_spec(race: dict[str, dict[str, Any]], *, width: int | None = 900
            + ("; shaded: the prefill, the same prompt for every method" if prefill_s else ""))
     layout = C.base_layout(title, sub, legend_names=[t["name"] for t in data], width=width, height=height,
                            hovermode="x unified", margin=dict(l=60, r=150, t=110, b=50))
-    if width is None:
-        layout.pop("width", None)
     layout.update(
         template=C.white_template(), annotations=ann,
         xaxis={"title": {"text": "own decoding time (s)" if prefill_s else "own compute time (s)"},
