@@ -198,36 +198,45 @@ def bf16_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> 
     return y + b.double() if b is not None else y
 
 
+def packed_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    ops = extension()
+    return ops.packed_linear_bf16(x, ops.pack_bf16(w), w.shape[0], b)
+
+
 @needs_tiled_bf16
 @pytest.mark.parametrize("k_in,n_out", [(1, 1), (7, 5), (31, 13), (33, 40), (64, 3), (576, 193)])
-def test_tiled_bf16_matches_the_exact_product(k_in, n_out):
-    # Widths off the 32-element vector and the 12/3-row weight blocks take the tail paths. The
-    # kernel sums in float32 and rounds once: within a bf16 rounding of the exact result.
-    ops = extension()
+def test_bf16_kernel_matches_the_exact_product(k_in, n_out):
+    # Odd widths (padded to a pair) and output counts off the 16-lane block and the 3-block tile
+    # take the tail paths. The kernel sums in float32 and rounds once: within a bf16 rounding of
+    # the exact result.
     torch.manual_seed(k_in * 1000 + n_out)
     w, b = torch.randn(n_out, k_in).bfloat16(), torch.randn(n_out).bfloat16()
-    # Every tile shape (1..8 rows a pass, then 8-row passes and a tail), then a sample above.
-    for rows in [*range(1, 18), *range(18, TILED_MAX_ROWS + 1, 5)]:
+    # Every tile shape (1..8 rows a pass, then 8-row passes and a tail), a sample above, a prefill.
+    for rows in [*range(1, 18), *range(18, TILED_MAX_ROWS + 1, 5), 300]:
         x = torch.randn(rows, k_in).bfloat16()
         for bias in (b, None):
-            got = ops.tiled_linear_bf16(x, w, bias)
+            got = packed_bf16(x, w, bias)
             assert got.dtype == torch.bfloat16 and got.shape == (rows, n_out)
             want = bf16_reference(x, w, bias)
             assert torch.all((got.double() - want).abs() <= want.abs() * 2 ** -8 + 1e-4 * k_in)
 
 
 @needs_tiled_bf16
-def test_tiled_bf16_rows_do_not_depend_on_the_batch():
+def test_bf16_rows_do_not_depend_on_the_batch_or_on_where_the_output_sits():
     ops = extension()
     torch.manual_seed(1)
-    x, w = torch.randn(TILED_MAX_ROWS, 576).bfloat16(), torch.randn(200, 576).bfloat16()
-    alone = torch.cat([ops.tiled_linear_bf16(x[i:i + 1], w, None) for i in range(TILED_MAX_ROWS)])
-    for rows in range(2, TILED_MAX_ROWS + 1):
-        assert torch.equal(ops.tiled_linear_bf16(x[:rows], w, None), alone[:rows])
+    x, w = torch.randn(TILED_MAX_ROWS + 9, 576).bfloat16(), torch.randn(200, 576).bfloat16()
+    pw = ops.pack_bf16(w)
+    alone = torch.cat([ops.packed_linear_bf16(x[i:i + 1], pw, 200, None) for i in range(len(x))])
+    for rows in range(2, len(x) + 1):
+        assert torch.equal(ops.packed_linear_bf16(x[:rows], pw, 200, None), alone[:rows])
+    # Outputs 37.. of a weight (off the 16-lane blocks) equal the same rows of W packed alone: fused
+    # weights (q/k/v in one) give the bits of separate ones.
+    assert torch.equal(packed_bf16(x[:11], w[37:], None), alone[:11, 37:])
 
 
 @needs_tiled_bf16
-def test_tiled_bf16_layer_matches_nn_linear_and_refuses_float32():
+def test_bf16_layer_matches_nn_linear_follows_its_weight_and_refuses_float32():
     torch.manual_seed(2)
     ref = nn.Linear(96, 50).bfloat16()
     fast = nn.Linear(96, 50).bfloat16()
@@ -238,5 +247,31 @@ def test_tiled_bf16_layer_matches_nn_linear_and_refuses_float32():
         for rows in (1, 4, 7, TILED_MAX_ROWS + 3):
             x = torch.randn(2, rows, 96).bfloat16()
             assert torch.allclose(fast(x).float(), ref(x).float(), atol=3e-2, rtol=2e-2)
+    # A weight written in place is packed again before its next product.
+    with torch.no_grad():
+        fast.weight.mul_(-2)
+        ref.weight.mul_(-2)
+    with torch.inference_mode():
+        x = torch.randn(3, 96).bfloat16()
+        assert torch.allclose(fast(x).float(), ref(x).float(), atol=3e-2, rtol=2e-2)
     with pytest.raises(RuntimeError, match="bfloat16"):
-        extension().tiled_linear_bf16(torch.ones(2, 4), torch.ones(3, 4), None)
+        extension().packed_linear_bf16(torch.ones(2, 4), extension().pack_bf16(torch.ones(3, 4).bfloat16()), 3, None)
+    with pytest.raises(RuntimeError, match="n_out"):
+        extension().packed_linear_bf16(torch.ones(2, 4).bfloat16(), extension().pack_bf16(torch.ones(3, 4).bfloat16()),
+                                       40, None)
+
+
+@needs_tiled_bf16
+def test_bf16_switches_keep_only_the_copy_in_use_unless_asked():
+    lin = nn.Linear(32, 20).bfloat16()
+    use_kernel(lin, "tiled")
+    assert "_racer_bf16" in lin.__dict__ and "_racer_packed" not in lin.__dict__
+    use_kernel(lin, "packed")
+    assert "_racer_packed" in lin.__dict__ and "_racer_bf16" not in lin.__dict__
+    use_kernel(lin, "tiled", keep_packed=True)  # A/B timing: both stay, neither is made again
+    kept = lin.__dict__["_racer_packed"], lin.__dict__["_racer_bf16"]
+    use_kernel(lin, "packed", keep_packed=True)
+    use_kernel(lin, "tiled", keep_packed=True)
+    assert lin.__dict__["_racer_packed"] is kept[0] and lin.__dict__["_racer_bf16"] is kept[1]
+    use_kernel(lin, "stock")
+    assert not {"_racer_packed", "_racer_bf16"} & lin.__dict__.keys()

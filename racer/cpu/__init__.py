@@ -42,16 +42,18 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
     kernel = linear.choose(device, dtype) if asked == "auto" else asked
     if kernel != "stock":
         linear.use_kernel(model, kernel)
-        isa = "AVX512-BF16" if dtype == torch.bfloat16 else "AVX2"
-        notes.append({"tiled": f"tiled {isa} linear kernel for 1..{linear.TILED_MAX_ROWS}-token forwards, oneDNN "
-                               "packed above (a reordered copy of every weight)",
+        tiled = (f"tiled AVX2 linear kernel for 1..{linear.TILED_MAX_ROWS}-token forwards, oneDNN packed above "
+                 "(a reordered copy of every weight)") if dtype != torch.bfloat16 else \
+            "packed AVX512-BF16 linear kernel for every forward (a copy of every weight in its layout)"
+        notes.append({"tiled": tiled,
                       "packed": "oneDNN packed linear kernel (a reordered copy of every weight)",
                       "small-batch": "small-batch linear kernel (W @ x.T) for 2..64-token forwards"}[kernel])
     if device.type == "cpu" and asked != "stock" and norm.use_fast_norm(model):
         notes.append("racer's RMSNorm kernel")
     if device.type == "cpu" and kernel == "tiled" and ON.fast_layer and fast_layers and layers.use_fast_layers(model):
-        notes.append(f"racer's decoder-layer forward for 1..{linear.TILED_MAX_ROWS}-token forwards (fused q/k/v and "
-                     "gate/up, rotary kernel; bit-identical to the module path)")
+        rows = "every forward" if dtype == torch.bfloat16 else f"1..{linear.TILED_MAX_ROWS}-token forwards"
+        notes.append(f"racer's decoder-layer forward for {rows} (fused q/k/v and gate/up, rotary kernel; "
+                     "bit-identical to the module path)")
     impl = getattr(model.config, "_attn_implementation", None)
     if device.type == "cpu" and dtype == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
         notes.append(f"racer's bf16 step-attention kernel for 1..{attention.STEP_MAX_TOKENS}-token forwards "

@@ -38,10 +38,10 @@ def _build_dir(tag: str) -> Path:
 
 @lru_cache(maxsize=None)
 def extension() -> Any:
-    """The compiled kernels (tiled linear in float32 and bfloat16, step attention, RMSNorm, rotary
-    embedding, per-row argmax / top-k), or None where they cannot run. Built on first use (about
-    50 s; progress on stderr) into the racer cache, keyed by the sources, PyTorch and Python
-    versions, and loaded from there afterwards."""
+    """The compiled kernels (tiled linear in float32, packed linear in bfloat16, step attention,
+    RMSNorm, rotary embedding, per-row argmax / top-k), or None where they cannot run. Built on
+    first use (about 50 s; progress on stderr) into the racer cache, keyed by the sources, PyTorch
+    and Python versions, and loaded from there afterwards."""
     global _error
     if not ON.compiled:
         _error = "turned off by RACER_CPU_KERNELS=0"
@@ -76,7 +76,8 @@ def extension() -> Any:
             if ops.cpu_has_bf16():
                 xb, wb = x.bfloat16(), w.bfloat16()
                 want = (xb.float() @ wb.float().T).bfloat16()
-                if not torch.allclose(ops.tiled_linear_bf16(xb, wb, None).float(), want.float(), rtol=1e-2, atol=1e-2):
+                got = ops.packed_linear_bf16(xb, ops.pack_bf16(wb), wb.shape[0], None)
+                if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2):
                     _error = "the built bfloat16 kernel failed its self-check"
                     return None
             return ops

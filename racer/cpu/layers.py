@@ -18,9 +18,10 @@ directly:
 Every step is the module path's, in its order and rounding: the logits equal the module path's bit
 for bit (tests/test_cpu_layers.py), so every method, and transformers' own generate(), gets the
 same numbers as before, only sooner. Anything else runs the layer's own forward: autograd, a
-device other than the CPU, a dtype or linear kernel other than racer's tiled one, more than
-TILED_MAX_ROWS rows (prefill), hooks on the layer's modules (transformers' output_attentions
-capture), training mode, or weights replaced since the swap. RACER_FAST_LAYER=0 turns it off.
+device other than the CPU, a dtype or linear kernel other than racer's tiled one, in float32 more
+than TILED_MAX_ROWS rows (prefill; in bfloat16 the packed kernel takes any number of rows), hooks
+on the layer's modules (transformers' output_attentions capture), training mode, or weights
+replaced since the swap. RACER_FAST_LAYER=0 turns it off.
 
 Measured (python -m racer.kernelbench.decoder_layers, context 600): a verify
 forward of 1 / 4 / 8 tokens 1.34 / 1.29 / 1.20x faster than the module path in bfloat16, 1.12 /
@@ -36,7 +37,7 @@ from torch import nn
 
 from . import attention
 from .build import extension
-from .linear import TILED_MAX_ROWS, TiledLinear
+from .linear import TILED_MAX_ROWS, TiledLinear, drop_packed
 from .norm import FastRMSNorm
 from .switches import ON
 
@@ -50,7 +51,7 @@ class _Plan:
 
     __slots__ = ("attn", "modules", "linears", "checks", "dtype", "w_qkv", "b_qkv", "q_cols", "k_cols",
                  "w_o", "b_o", "w_gu", "b_gu", "inter", "silu_contig", "w_down", "b_down", "norm1", "norm2",
-                 "eps1", "eps2", "head_dim", "extra", "ops", "linear", "config")
+                 "eps1", "eps2", "head_dim", "extra", "ops", "linear", "config", "sources", "stamps", "max_rows")
 
 
 def _fuse(mods: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -124,14 +125,34 @@ def _plan(layer: nn.Module) -> _Plan | None:
     # The config's own dict: its attribute lookup runs transformers' __getattribute__ (~2 us).
     p.config = object.__getattribute__(attn.config, "__dict__")
     p.ops = extension()
-    p.linear = p.ops.tiled_linear if p.dtype == torch.float32 else p.ops.tiled_linear_bf16
+    if p.dtype == torch.float32:
+        p.linear, p.max_rows, p.sources, p.stamps = p.ops.tiled_linear, TILED_MAX_ROWS, None, ()
+    else:
+        # bfloat16 multiplies copies of the weights packed for its kernel, for every number of
+        # rows, prefill included, so the modules' own packed copies can go (the module path, if
+        # it ever runs, packs them again).
+        bf = p.ops.packed_linear_bf16
+        p.linear, p.max_rows = (lambda x, w, b: bf(x, w[0], w[1], b)), None
+        p.sources = (p.w_qkv, p.w_o, p.w_gu, p.w_down)
+        _pack_plan(p)
+        for m in p.linears:
+            drop_packed(m)
     return p
+
+
+def _pack_plan(p: _Plan) -> None:
+    """The bfloat16 plan's weights packed afresh from `p.sources`, stamped with the versions of
+    the parameters they hold (a write in place into any of them moves its counter)."""
+    pack = p.ops.pack_bf16
+    p.w_qkv, p.w_o, p.w_gu, p.w_down = ((pack(w.detach()), w.shape[0]) for w in p.sources)
+    p.stamps = tuple((m.weight, m.weight._version) for m in p.linears)
 
 
 def _runs(p: _Plan, x: torch.Tensor, layer: nn.Module) -> bool:
     if not (ON.fast_layer and x.dtype == p.dtype and x.device.type == "cpu" and x.dim() == 3
-            and x.shape[0] * x.shape[1] <= TILED_MAX_ROWS and not torch.is_grad_enabled() and not layer.training
-            and type(p.linears[0]) is TiledLinear and p.config.get("_attn_implementation_internal") == attention.NAME):
+            and (p.max_rows is None or x.shape[0] * x.shape[1] <= p.max_rows) and not torch.is_grad_enabled()
+            and not layer.training and type(p.linears[0]) is TiledLinear
+            and p.config.get("_attn_implementation_internal") == attention.NAME):
         return False
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return False
@@ -141,6 +162,8 @@ def _runs(p: _Plan, x: torch.Tensor, layer: nn.Module) -> bool:
     for t, ptr in p.checks:
         if t.data_ptr() != ptr or t.dtype != p.dtype:
             return False
+    if any(w._version != v for w, v in p.stamps):
+        _pack_plan(p)  # a weight was written in place: its packed copy is stale
     return True
 
 

@@ -18,12 +18,13 @@ replacements, chosen per model by `choose`:
   too. Whole verify forward (benchmarks/micro/kernels-tiled-v2-float32.md): 1.46x faster than
   "packed" at T = 1, t(4)/t(1) = 1.13, t(8)/t(1) = 1.37. Its per-row result does not depend
   on how many rows share the call.
-  On a CPU with AVX512-BF16 it also runs bfloat16 (vdpbf16ps, float32 sums, one rounding):
-  oneDNN's bf16 inner product took about three times the weight-streaming time at one row,
-  and the whole bf16 verify forward runs 2.08x faster than stock at T = 1 and 1.5x faster
-  than "packed" (benchmarks/micro/kernels-tiled-bfloat16.md). Its tiles take up to 8 rows of x
-  (AVX-512 has 32 registers), so trees of up to 8 tokens stream each weight once
-  (benchmarks/micro/kernels-tiled-bfloat16-s8.md).
+  In bfloat16, on a CPU with AVX512-BF16, "tiled" runs csrc/packed_linear_bf16.cpp instead
+  (vdpbf16ps, float32 sums, one rounding) on a copy of each weight packed once for it, 16
+  outputs to a register, for every number of rows, prefill included (on par with oneDNN there),
+  so the layer keeps that copy instead of oneDNN's. oneDNN's bf16 inner product took about three
+  times the weight-streaming time at one row. Against the row-major bf16 kernel it replaced,
+  the model's linears (streamed, SmolLM2-135M shapes) ran 1.1-1.3x faster at 1-8 rows and
+  1.4-1.6x at 12-32 (docs/PERFORMANCE.md §3).
 - "packed": oneDNN's inner product on a weight reordered once into oneDNN's blocked layout
   (the path PyTorch's own inductor uses for frozen CPU linears). Whole verify forward
   (benchmarks/micro/kernels-float32.md): t(8)/t(1) = 1.37 against 1.59 for "small-batch" and
@@ -111,9 +112,8 @@ def tiled_unavailable_reason() -> str | None:
 
 
 def tiled_bf16_available() -> bool:
-    """Whether the bfloat16 tiled kernel runs here: the kernels build, the CPU has AVX512-BF16
-    and oneDNN runs bf16 (for the prefill rows above TILED_MAX_ROWS)."""
-    return bf16() and packed_available(torch.bfloat16)
+    """Whether the bfloat16 kernel runs here: the kernels build and the CPU has AVX512-BF16."""
+    return bf16()
 
 
 def _tiled_runs(dtype: torch.dtype) -> bool:
@@ -122,21 +122,39 @@ def _tiled_runs(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and tiled_bf16_available()
 
 
-def _tiled_fn(dtype: torch.dtype) -> Any:
-    ops = extension()
-    return ops.tiled_linear if dtype == torch.float32 else ops.tiled_linear_bf16
+def pack_bf16(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (bfloat16, out x in) in the layout of the bfloat16 kernel (`packed_linear_bf16`)."""
+    return extension().pack_bf16(weight.detach())
 
 
 class TiledLinear(PackedLinear):
-    """nn.Linear computed by racer's tiled kernel for 1..TILED_MAX_ROWS float32 rows (bfloat16
-    rows where the CPU has AVX512-BF16); everything else as PackedLinear (which keeps the
-    reordered weight for it)."""
+    """nn.Linear computed by racer's kernels: in float32 the tiled kernel for 1..TILED_MAX_ROWS
+    rows, oneDNN on the reordered weight above; in bfloat16 (where the CPU has AVX512-BF16) the
+    packed kernel for every number of rows, on the weight packed for it. Everything else as
+    PackedLinear."""
+
+    def _packed(self) -> torch.Tensor:
+        w = self.weight
+        if w.dtype != torch.bfloat16 or w.device.type != "cpu" or not tiled_bf16_available():
+            return super()._packed()
+        # Kept apart from oneDNN's copy, so A/B timing can switch kernels without repacking.
+        stamp = (w._version, w.data_ptr(), w.dtype)
+        if getattr(self, "_racer_bf16_of", None) != stamp:
+            self._racer_bf16 = pack_bf16(w)
+            self._racer_bf16_of = stamp
+        return self._racer_bf16
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if (1 <= rows <= TILED_MAX_ROWS and x.dtype in _TILED_DTYPES and self.weight.dtype == x.dtype
-                and x.device.type == "cpu" and self.weight.device.type == "cpu" and not torch.is_grad_enabled()):
-            return _tiled_fn(x.dtype)(x, self.weight, self.bias)
+        w = self.weight
+        if x.dtype not in _TILED_DTYPES or w.dtype != x.dtype or x.device.type != "cpu" or w.device.type != "cpu" \
+                or torch.is_grad_enabled() or x.numel() == 0:
+            return super().forward(x)
+        if x.dtype == torch.bfloat16:
+            if tiled_bf16_available():
+                return extension().packed_linear_bf16(x, self._packed(), self.out_features, self.bias)
+            return super().forward(x)
+        if x.numel() // x.shape[-1] <= TILED_MAX_ROWS:
+            return extension().tiled_linear(x, w, self.bias)
         return super().forward(x)
 
 
@@ -188,9 +206,10 @@ def choose(device: torch.device, dtype: torch.dtype) -> str:
 def use_kernel(model: nn.Module, kernel: str, keep_packed: bool = False) -> int:
     """Switch every plain linear layer of `model` (nn.Linear or one of ours) to `kernel`, in
     place; returns how many. Quantised or custom subclasses keep their own forward. The class
-    swap keeps parameters, hooks and tied weights; "packed" reorders the weights now, so the
-    first decoding step does not pay for it. Switching away frees the reordered copies unless
-    keep_packed (for A/B timing that switches back and forth)."""
+    swap keeps parameters, hooks and tied weights; "packed" and "tiled" make their copies of the
+    weights now (oneDNN's reordered one, or in bfloat16 the packed kernel's), so the first
+    decoding step does not pay for it. Switching frees the copies the new kernel does not use
+    unless keep_packed (for A/B timing that switches back and forth)."""
     if kernel not in _CLASSES:
         raise ValueError(f"unknown linear kernel {kernel!r}; one of {KERNELS}")
     if kernel in ("packed", "tiled") and not any(packed_available(p.dtype) for p in model.parameters()):
@@ -204,11 +223,23 @@ def use_kernel(model: nn.Module, kernel: str, keep_packed: bool = False) -> int:
             module.__class__ = cls
             if issubclass(cls, PackedLinear) and module.weight.device.type == "cpu":
                 module._packed()
-            elif not keep_packed:
-                module.__dict__.pop("_racer_packed", None)
-                module.__dict__.pop("_racer_packed_of", None)
+            if not keep_packed:
+                drop_packed(module, keep_own=True)
             n += 1
     return n
+
+
+def drop_packed(module: nn.Module, keep_own: bool = False) -> None:
+    """Free the copies of `module`'s weight made for a kernel (with `keep_own`, those its current
+    class uses are kept); they are made again on next use."""
+    own = ()
+    if keep_own and isinstance(module, PackedLinear):
+        bf = isinstance(module, TiledLinear) and module.weight.dtype == torch.bfloat16 and tiled_bf16_available()
+        own = ("_racer_bf16",) if bf else ("_racer_packed",)
+    for name in ("_racer_packed", "_racer_bf16"):
+        if name not in own:
+            module.__dict__.pop(name, None)
+            module.__dict__.pop(name + "_of", None)
 
 
 def kernel_of(model: nn.Module) -> str:

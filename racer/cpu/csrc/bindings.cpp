@@ -3,8 +3,9 @@
 
 namespace racer {
 torch::Tensor tiled_linear(const torch::Tensor& x, const torch::Tensor& weight, const c10::optional<torch::Tensor>& bias);
-torch::Tensor tiled_linear_bf16(const torch::Tensor& x, const torch::Tensor& weight,
-                                const c10::optional<torch::Tensor>& bias);
+torch::Tensor pack_bf16(const torch::Tensor& weight);
+torch::Tensor packed_linear_bf16(const torch::Tensor& x, const torch::Tensor& packed, int64_t n_out,
+                                 const c10::optional<torch::Tensor>& bias);
 bool cpu_has_bf16();
 torch::Tensor step_attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const c10::optional<torch::Tensor>& visible, double scale);
@@ -17,7 +18,9 @@ void compact_rows(const std::vector<torch::Tensor>& buffers, int64_t past, const
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tiled_linear", &racer::tiled_linear, "y = x W^T + b for a few float32 rows (AVX2/FMA)");
-  m.def("tiled_linear_bf16", &racer::tiled_linear_bf16, "y = x W^T + b for a few bfloat16 rows (AVX512-BF16)");
+  m.def("pack_bf16", &racer::pack_bf16, "a bfloat16 weight in packed_linear_bf16's layout (AVX512-BF16)");
+  m.def("packed_linear_bf16", &racer::packed_linear_bf16,
+        "y = x W^T + b in bfloat16 for any number of rows, W from pack_bf16 (AVX512-BF16)");
   m.def("cpu_has_bf16", &racer::cpu_has_bf16, "whether this CPU runs the bfloat16 kernels");
   m.def("step_attention_bf16", &racer::step_attention_bf16,
         "attention of a few bfloat16 query rows (a draft tree or one token) over a grouped-query KV cache (AVX512-BF16)");
