@@ -15,7 +15,7 @@ from racer.bench.__main__ import parse_args
 from racer.bench.runner import parse_capacity
 from racer.bench.data import DEFAULT_DATA
 from racer.bench.methods import Conversation, clip_lengths, clip_output, get_method
-from racer.bench.summary import compare_outputs, first_difference
+from racer.bench.summary import compare_outputs, first_difference, next_logits
 from racer.drafters.base import Drafter
 from racer.tree import DraftTree
 from racer.tiny import tiny_lm
@@ -325,6 +325,18 @@ def test_margin_and_tie_verdict(lm):
     assert d["margin_top2"] == pytest.approx(float(top[0] - top[1]), abs=1e-4) == pytest.approx(d["gap"], abs=1e-4)
     strict = compare_outputs(lm, [ar, fake], run.record, tolerance=0.0)["other"]["differences"][0]
     assert strict["verdict"] == "mismatch"
+
+
+def test_the_margin_is_read_on_plain_decodings_own_logits(lm):
+    # The tie check reads ar's logits as ar computed them (prefill, then one token per forward):
+    # each of ar's tokens is the argmax of what next_logits returns before it.
+    prompt = encode([{"role": "user", "content": "alpha beta gamma delta"}])
+    run = run_rows(lm, [Row("m", "x", ["alpha beta gamma delta"])], ["ar"], BenchSettings(**{**FAST, "warmup": 0}),
+                   encode=encode, progress=False)
+    tokens = run.results[0]["token_ids"]
+    assert len(tokens) > 3
+    for i, tok in enumerate(tokens):
+        assert int(next_logits(lm, prompt, tokens[:i]).argmax()) == tok
 
 
 def test_helpers():

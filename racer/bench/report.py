@@ -127,7 +127,8 @@ def identical_section(summary: dict[str, Any], max_rows: int = 25) -> str:
             return "Sampling run: outputs are exact samples, not comparable token for token; no identity check.\n"
         return "No `ar` run, so no identity check.\n"
     lines = [f"Greedy decoding must reproduce `ar` token for token. For each difference: the first differing "
-             f"position and ar's top-2 logit margin there; a gap between ar's token and the method's within "
+             f"position and ar's top-2 logit margin there (ar's own logits, as it decoded: the prompt's prefill, "
+             f"then one token per forward); a gap between ar's token and the method's within "
              f"{chk['tie_tolerance']} (this dtype's rounding) is a floating-point tie, anything else a bug. "
              f"*inherited* = an earlier turn already differed, so the conversation is not the same.", ""]
     rows = []

@@ -14,9 +14,10 @@ Definitions (over the (question, turn) pairs a method finished):
   weighs the same, so short fast answers count as much as long ones.
 * Identical-output check (greedy only): every method's tokens against ar's on the same
   question and turn. For each difference: the first differing position, ar's top-2 logit
-  margin there (one forward of ar's prompt + ar's tokens up to it), and the gap between ar's
-  token and the method's token. A gap within the dtype's rounding (`tie_tolerance`) is a
-  floating-point tie (the tree forward sums in a different order); anything larger is a bug.
+  margin there (ar's own logits: its prompt's prefill, then its tokens one by one through the KV
+  cache, as it decoded them), and the gap between ar's token and the method's token. A gap within
+  the dtype's rounding (`tie_tolerance`) is a floating-point tie (the tree forward sums in a
+  different order); anything larger is a bug.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from ..kvcache import new_cache
 from ..models import LoadedModel
 from ..records import mean_accepted
 from .methods import PLD_TOKENS
@@ -116,10 +118,18 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 @torch.inference_mode()
-def next_logits(lm: LoadedModel, ids: list[int]) -> torch.Tensor:
-    """Float32 next-token logits after `ids` (one plain forward)."""
-    x = torch.tensor([ids], dtype=torch.long, device=lm.device)
-    return lm.model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu()
+def next_logits(lm: LoadedModel, prompt: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
+    """Float32 next-token logits after `prompt` + `tokens` as plain greedy decoding computed them:
+    the prompt in one prefill, then one token per forward through the KV cache. One forward over
+    the whole sequence would run the prefill path, whose rounding differs: at a bfloat16 tie it
+    read the margin up to two steps off (0.375 where decoding's own was 0.125)."""
+    cache = new_cache(lm.model)
+    out = lm.model(input_ids=torch.tensor([list(prompt)], dtype=torch.long, device=lm.device), cache=cache,
+                   use_cache=True, logits_to_keep=1)
+    for t in tokens:
+        out = lm.model(input_ids=torch.tensor([[int(t)]], dtype=torch.long, device=lm.device), cache=cache,
+                       use_cache=True)
+    return out.logits[0, -1].float().cpu()
 
 
 def compare_outputs(lm: LoadedModel | None, results: Sequence[dict[str, Any]], record: RunRecord,
@@ -151,7 +161,7 @@ def compare_outputs(lm: LoadedModel | None, results: Sequence[dict[str, Any]], r
                                  "ar_len": len(a), "method_len": len(b)}
             prompt = record.ref_prompts.get(_key(r))
             if lm is not None and prompt is not None and pos < len(a):
-                logits = next_logits(lm, list(prompt) + list(a[:pos]))
+                logits = next_logits(lm, prompt, a[:pos])
                 top = torch.topk(logits, 2)
                 d["margin_top2"] = round(float(top.values[0] - top.values[1]), 5)
                 if pos < len(b):
