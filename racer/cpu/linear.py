@@ -40,7 +40,6 @@ Every method of a run shares the model and so the kernel: greedy identity is una
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
 import torch
 from torch import nn
@@ -76,17 +75,22 @@ class PackedLinear(nn.Linear):
     """nn.Linear computed by oneDNN on a reordered copy of the weight (held outside the state
     dict). Autograd, non-CPU inputs and dtype mismatches take nn.Linear's own path."""
 
-    _racer_packed: torch.Tensor
-    _racer_packed_of: tuple[int, int, torch.dtype]
+    def _copy_name(self) -> str:
+        """Where the copy of the weight this class multiplies is kept (`NAME_of`: its stamp)."""
+        return "_racer_packed"
+
+    def _make_copy(self, weight: torch.Tensor) -> torch.Tensor:
+        return _pack(weight)
 
     def _packed(self) -> torch.Tensor:
-        w = self.weight
+        """The copy of the weight this class multiplies, made again whenever the weight changed."""
+        w, name = self.weight, self._copy_name()
         # The version counter moves on every in-place write (load_state_dict, optimiser steps).
         stamp = (w._version, w.data_ptr(), w.dtype)
-        if getattr(self, "_racer_packed_of", None) != stamp:
-            self._racer_packed = _pack(w)
-            self._racer_packed_of = stamp
-        return self._racer_packed
+        d = self.__dict__
+        if d.get(name + "_of") != stamp:
+            d[name], d[name + "_of"] = self._make_copy(w), stamp
+        return d[name]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (torch.is_grad_enabled() or x.device.type != "cpu" or self.weight.device.type != "cpu"
@@ -111,6 +115,7 @@ def tiled_unavailable_reason() -> str | None:
     return None if tiled_available() else (unavailable_reason() or "oneDNN packed kernel unavailable")
 
 
+@lru_cache(maxsize=None)  # asked at every bfloat16 product; the build and the CPU do not change
 def tiled_bf16_available() -> bool:
     """Whether the bfloat16 kernel runs here: the kernels build and the CPU has AVX512-BF16."""
     return bf16()
@@ -133,16 +138,14 @@ class TiledLinear(PackedLinear):
     packed kernel for every number of rows, on the weight packed for it. Everything else as
     PackedLinear."""
 
-    def _packed(self) -> torch.Tensor:
+    def _copy_name(self) -> str:
         w = self.weight
-        if w.dtype != torch.bfloat16 or w.device.type != "cpu" or not tiled_bf16_available():
-            return super()._packed()
         # Kept apart from oneDNN's copy, so A/B timing can switch kernels without repacking.
-        stamp = (w._version, w.data_ptr(), w.dtype)
-        if getattr(self, "_racer_bf16_of", None) != stamp:
-            self._racer_bf16 = pack_bf16(w)
-            self._racer_bf16_of = stamp
-        return self._racer_bf16
+        bf = w.dtype == torch.bfloat16 and w.device.type == "cpu" and tiled_bf16_available()
+        return "_racer_bf16" if bf else "_racer_packed"
+
+    def _make_copy(self, weight: torch.Tensor) -> torch.Tensor:
+        return pack_bf16(weight) if self._copy_name() == "_racer_bf16" else _pack(weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -232,12 +235,9 @@ def use_kernel(model: nn.Module, kernel: str, keep_packed: bool = False) -> int:
 def drop_packed(module: nn.Module, keep_own: bool = False) -> None:
     """Free the copies of `module`'s weight made for a kernel (with `keep_own`, those its current
     class uses are kept); they are made again on next use."""
-    own = ()
-    if keep_own and isinstance(module, PackedLinear):
-        bf = isinstance(module, TiledLinear) and module.weight.dtype == torch.bfloat16 and tiled_bf16_available()
-        own = ("_racer_bf16",) if bf else ("_racer_packed",)
+    own = module._copy_name() if keep_own and isinstance(module, PackedLinear) else None
     for name in ("_racer_packed", "_racer_bf16"):
-        if name not in own:
+        if name != own:
             module.__dict__.pop(name, None)
             module.__dict__.pop(name + "_of", None)
 
