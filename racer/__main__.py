@@ -66,7 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, capacity=capacity,  # type: ignore[arg-type]
                            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
         ids = build_input_ids(lm.tokenizer, prompt, system=args.system)
-        run = DecodeRun(lm, ids, make_drafter(args.method, vocab_size=lm.vocab_size), cfg)
+        drafter = make_drafter(args.method, vocab_size=lm.vocab_size)
+        if drafter.wants_cold_rows:
+            # Made once per machine by the app's warm-up or the benchmark; a one-off decode does
+            # not wait a minute for them.
+            from .coldrows import load, rows_key
+            lm.cold_rows = load(rows_key(lm))
+            if lm.cold_rows is None and not args.json:
+                print("note: no cold rows for this model on this machine yet (the app and the benchmark make "
+                      "them), so roots the text never held draft nothing", file=sys.stderr)
+        run = DecodeRun(lm, ids, drafter, cfg)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

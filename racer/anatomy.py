@@ -183,16 +183,18 @@ def logits_stage(d: RacerDrafter, draft: Draft, root: int, kept: list[int]) -> d
         if tok in seen:
             continue
         seen.add(tok)
-        row = d.store.row(tok)
+        row, probs = d.store.row(tok), d.store.row_p(tok)
+        if i < 0 and exp is not None and exp.cold:  # a novel root: its cold row (racer.coldrows)
+            row, probs = d.store.cold.row(tok, d.k)
         if i >= 0 and not any(n["parent"] == i for n in nodes):
             continue  # never expanded (the budget ran out first)
-        rows.append({"token": tok, "row": list(row), "probs": [round(p, 4) for p in d.store.row_p(tok)],
+        rows.append({"token": tok, "row": list(row), "probs": [round(p, 4) for p in probs],
                      "breadth": b, "depth": depth})
     layers: dict[int, list[int]] = {}
     for i, n in enumerate(nodes):
         layers.setdefault(n["depth"], []).append(i)
     return {"nodes": nodes, "rows": rows, "layers": [layers[k] for k in sorted(layers)], "rule": d.breadth_rule,
-            "k": d.k, "merge": d.merge}
+            "k": d.k, "merge": d.merge, "cold": bool(exp is not None and exp.cold)}
 
 
 # -- stage 4: chain, merge and size --------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,8 @@ class Expansion:
     breadths: list[int] = field(default_factory=list)    # how many row entries the node may expand
     depths: list[int] = field(default_factory=list)      # 1 = child of the root
     probs: list[float] = field(default_factory=list)     # its probability in the parent's row; -1 unknown
+    #: Whether the root had no row of its own and its children come from its cold row.
+    cold: bool = False
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -49,6 +52,8 @@ class CopyLogitStore:
         # the row is rewritten.
         self._rows: dict[int, list[int]] = {}
         self._row_p: dict[int, list[float]] = {}
+        #: The model's cold rows (racer.coldrows), read for a root that has no row of its own.
+        self.cold: Any = None
 
     @property
     def vocab_size(self) -> int:
@@ -148,7 +153,8 @@ class CopyLogitStore:
         Breadth rule: the root has breadth K; node i expands the first b_i entries of its row,
         and its j-th child (0-based) gets max(1, b_i >> (j + s)), where s = 1 below non-root
         nodes. The paper uses s = 0 at the root (children 8,4,2,1,...); the released code
-        uses s = 1 there too (4,2,1,1,...). Empty rows simply do not expand."""
+        uses s = 1 there too (4,2,1,1,...). Empty rows simply do not expand, except the root's
+        when cold rows are set: it then expands its cold row (`Expansion.cold`)."""
         if rule not in RULES:
             raise ValueError(f"unknown breadth rule {rule!r}; known: {RULES}")
         out = Expansion()
@@ -164,9 +170,13 @@ class CopyLogitStore:
         while queue:
             idx, tok, b, d, s = queue.popleft()
             entries = row(tok)
+            if entries:
+                ps = row_p(tok)
+            elif idx == -1 and self.cold is not None:
+                entries, ps = self.cold.row(tok, self.k)
+                out.cold = bool(entries)
             if not entries:
                 continue
-            ps = row_p(tok)
             for j, child in enumerate(entries[:b]):
                 cb = b >> (j + s)
                 if cb < 1:

@@ -147,6 +147,9 @@ class DecodeRun:
         if accept is None:
             accept = accept_greedy if sampling.greedy else (lambda t, lg: accept_sampling(t, lg, sampling, gen))
         drafter.detail = cfg.detail
+        cold = drafter.wants_cold_rows and lm.cold_rows is not None
+        if cold:
+            drafter.use_cold_rows(lm.cold_rows)
         K = drafter.wants_topk
         want_p = bool(K) and drafter.wants_topk_p
 
@@ -166,11 +169,11 @@ class DecodeRun:
             topk[rows], p = top_k(logits, K, want_p)
             if topk_p is not None:
                 topk_p[rows] = p
-            start = StartRecord(list(context), self.new_from, rows, topk[rows], None if p is None else p)
+            start = StartRecord(list(context), self.new_from, rows, topk[rows], None if p is None else p, cold)
         else:
             logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0]
             topk = topk_p = None
-            start = StartRecord(list(context), self.new_from)
+            start = StartRecord(list(context), self.new_from, cold_rows=cold)
         last = logits[-1:]
         # The first token is an acceptance too, at a root-only tree with no root token yet (-1),
         # so an `accept` hook (racer.hf_generate's logits processors) decides it like every other;

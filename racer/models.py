@@ -101,6 +101,9 @@ class LoadedModel:
     #: This model's measured cost curve (a racer.costcurve.CostCurve) once `get_cost_curve` has
     #: measured or read it; None before. Kept here so one process measures at most once.
     cost_curve: Any = field(default=None, repr=False, compare=False)
+    #: Its cold rows (racer.coldrows.ColdRows) once `get_cold_rows` has made or read them; the
+    #: decode loop hands them to drafters that want them.
+    cold_rows: Any = field(default=None, repr=False, compare=False)
 
     @property
     def chat(self) -> bool:

@@ -86,6 +86,8 @@ class StartRecord:
     rows: list[int] = field(default_factory=list)
     topk: np.ndarray | None = None
     topk_p: np.ndarray | None = None
+    #: Whether the drafter had the model's cold rows (racer.coldrows) from this decode on.
+    cold_rows: bool = False
 
     def full_topk(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The (len(context) - new_from, K) arrays `Drafter.start` was given."""
@@ -106,6 +108,8 @@ class StartRecord:
             d["topk"] = np.asarray(self.topk).tolist()
         if self.topk_p is not None:
             d["topk_p"] = np.asarray(self.topk_p, dtype=np.float32).tolist()
+        if self.cold_rows:
+            d["cold_rows"] = True
         return d
 
     @classmethod
@@ -113,7 +117,8 @@ class StartRecord:
         topk = np.asarray(d["topk"], dtype=np.int64).reshape(len(d["rows"]), -1) if d.get("topk") is not None else None
         p = np.asarray(d["topk_p"], dtype=np.float32).reshape(len(d["rows"]), -1) if d.get("topk_p") is not None \
             else None
-        return cls([int(t) for t in d["context"]], int(d["new_from"]), [int(r) for r in d["rows"]], topk, p)
+        return cls([int(t) for t in d["context"]], int(d["new_from"]), [int(r) for r in d["rows"]], topk, p,
+                   bool(d.get("cold_rows", False)))
 
 
 def mean_accepted(tokens: int, forwards: int) -> float:

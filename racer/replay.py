@@ -72,12 +72,15 @@ class Replay:
     calls (a trace's steps replay at about a millisecond each)."""
 
     def __init__(self, turns: list[Turn], make_drafter: Callable[[], Drafter],
-                 make_sizer: Callable[[], Sizer] | None = None) -> None:
+                 make_sizer: Callable[[], Sizer] | None = None, cold_rows: Any = None) -> None:
+        """`cold_rows`: the model's cold rows (racer.coldrows), handed to the drafter from the
+        first turn whose start record says the run's drafter had them."""
         if not turns:
             raise ValueError("nothing to replay: no turns")
         self.turns = turns
         self.make_drafter = make_drafter
         self.make_sizer = make_sizer
+        self.cold_rows = cold_rows
 
     @property
     def steps(self) -> list[StepRecord]:
@@ -96,6 +99,11 @@ class Replay:
         for t, turn in enumerate(self.turns):
             is_last = t == len(self.turns) - 1
             topk, topk_p = turn.start.full_topk()
+            if turn.start.cold_rows:
+                if self.cold_rows is None:
+                    raise ReplayError(f"turn {t + 1}: the run drafted with the model's cold rows, which this replay "
+                                      f"does not have")
+                drafter.use_cold_rows(self.cold_rows)
             drafter.start(list(turn.start.context), turn.start.new_from, topk, topk_p)
             context = list(turn.start.context)
             for i, rec in enumerate(turn.steps):

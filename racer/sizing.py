@@ -36,6 +36,9 @@ _RUN_PRIOR = ((0.3, 0.6, 0.75), (0.6, 0.7, 0.85), (0.8, 0.8, 0.8), (0.8, 0.85, 0
 #: 0.2-0.5, and only 0.34-0.35 above 0.5 (docs/PERFORMANCE.md, "Sizing").
 _P_EDGES = (0.05, 0.2, 0.5, 0.8)
 _P_PRIOR = (0.015, 0.06, 0.2, 0.3, 0.35)
+#: The prior q of a cold row's entry by rank (racer.coldrows; measured there: 17.8 % of the
+#: roots without a row continued with its first entry, 7 % with its second, 4-5 % with the 3rd-4th).
+_COLD_PRIOR = (0.18, 0.08, 0.05, 0.04, 0.03)
 #: A node this unlikely to be accepted is never worth its place in a verified tree: on the 2-core
 #: CPUs a node costs 1-4 % of a forward, so it must add about 0.02 expected tokens to pay; even on a
 #: GPU, where nodes are nearly free, a thousand of them would add less than one token. Its children are
@@ -55,6 +58,8 @@ def p_bucket(p: float | None) -> int:
 
 @lru_cache(maxsize=None)  # called for every candidate node at every step; few distinct keys
 def _prior(source: str, rank: int, depth: int = 1, burst: int = 0, pb: int = -1, rb: int = -1) -> float:
+    if source == "cold":
+        return _COLD_PRIOR[min(rank, len(_COLD_PRIOR) - 1)]
     # "retrieval+lookup" etc.: a node two sources proposed is at least as likely as either's.
     base = max(_PRIOR.get(s, 0.3) for s in source.split("+"))
     if rb >= 0:
@@ -89,6 +94,8 @@ class AcceptanceModel:
         meta = tree.meta[node] if tree.meta else {}
         if meta.get("lookup") and src != "lookup":  # also on racer's prompt-lookup chain
             src += "+lookup"
+        elif meta.get("cold"):  # from a cold row (racer.coldrows), not a row of this context
+            src = "cold"
         depth = min(tree.depths[node], 6)
         rank = min(tree.ranks[node], 4)
         share_b = bd_b = -1

@@ -96,8 +96,15 @@ def logits_md(a: dict[str, Any], decode: Decode, layer: int | None = None) -> st
             "the released code's rule: breadth halves at every rank, x0's children included (4, 2, 1, …)")
     kept = sum(1 for x in nodes if x["kept"])
     shown = f" Showing layers 1–{layer} of {len(sizes)}." if layer and layer < len(sizes) else ""
-    return (f"The {term('copy-logit')} table keeps, for every token, the model's top {lg['k']} next tokens from the "
-            f"last time that token was fed. The tree starts from x0's row"
+    if lg.get("cold"):
+        start = (f"{q(decode, a['root'], 14)} was never fed to the model in this text, so it has no {term('copy-logit')} "
+                 f"row. Its first layer comes from its **cold row** instead: the model's top {lg['k']} after this token "
+                 f"alone, computed once per model for every token (a weaker guess, so the sizer learns it apart). "
+                 f"Below, the tree reads the real rows of its tokens. The tree starts from that cold row")
+    else:
+        start = (f"The {term('copy-logit')} table keeps, for every token, the model's top {lg['k']} next tokens from the "
+                 f"last time that token was fed. The tree starts from x0's row")
+    return (start
             + (f" ({', '.join(q(decode, t, 8) for t in first['row'][:4])}, …)" if first and first["row"] else "")
             + f" and grows breadth first, {rule}. Layers: " + ", ".join(f"{s}" for s in sizes)
             + f" nodes ({len(nodes)} in all, until the budget is spent). {_n(kept, 'node')} survived the sizer."

@@ -65,7 +65,9 @@ borders and ranked by how often they occurred, are the **retrieval** candidates 
 When nothing repeats, the model's own earlier predictions still help. Every forward pass ranks the next tokens;
 RACER keeps the top 8 for each token it has seen (**{term('copy-logit')}**: the ranking from the last time *this*
 token was fed). The logits tree (orange) copies x0's row, then the rows of those tokens, layer by layer: the best
-entry gets the widest subtree, the next ones half as wide.""",
+entry gets the widest subtree, the next ones half as wide. A token the text never held has no row; RACER Studio then
+reads its **cold row** (the model's top 8 after that token alone, computed once per model), a weaker guess that the
+sizer learns to trust only as far as it holds.""",
     "merge": f"""#### 4 · One tree: prompt lookup, the merge and the sizer
 
 RACER Studio also adds a **{term('prompt lookup')}** chain (purple): the text after the latest earlier occurrence of

@@ -22,12 +22,13 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Generator, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import gradio as gr
 from gradio.components.plot import PlotData
 
 from racer import DecodeConfig, DecodeRun, ModelLoadError, build_input_ids, make_drafter
+from racer.coldrows import get_cold_rows
 from racer.models import resolve_device, resolve_dtype
 from racer.prompting import common_prefix
 from racer.race import Race
@@ -248,11 +249,15 @@ class Studio:
         last) and the run's `sizer`, it replays (anatomy, what if) without the model."""
         detail = bound_detail(steps, self.limits.inspector_steps)
         tok = lm.tokenizer
+        # Whether a turn's drafter had the model's cold rows is in its start record; once a
+        # model has them it keeps them, so these are the ones it had.
+        cold = lm.cold_rows
         return Trace(steps, list(prompt_ids), functools.partial(_decode_one, tok), functools.partial(_decode_many, tok),
                      source=source, title=title, model=lm.name, settings=s.to_dict(), detail_steps=detail,
                      stop_reason=stop_reason, cost_curve=sizer.curve if sizer is not None else lm.cost_curve,
-                     turns=turns, drafter={"method": "racer", "options": racer_options(s), "vocab_size": lm.vocab_size},
-                     sizer=dict(sizer.settings) if sizer is not None else None)
+                     turns=turns, drafter={"method": "racer", "options": racer_options(s), "vocab_size": lm.vocab_size,
+                                           "cold_rows": cold.key if cold is not None else None},
+                     sizer=dict(sizer.settings) if sizer is not None else None, cold_rows=cold)
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -917,6 +922,12 @@ class Studio:
                 X.put_preset(lm.name, preset)
             return preset
 
+    def _between_visitors(self, fn: Callable[[], None]) -> None:
+        """`fn` in the decode slot; then a pause, so a visitor waiting for the slot takes it before
+        the next call does (a thread that gives the slot back and asks again would get it first)."""
+        self.slots.call(fn)
+        time.sleep(0.05)
+
     def warm_up_in_background(self) -> None:
         """After the start-up model loads: measure this machine's cost curve if trees are sized
         automatically (once per machine, cached on disk), then make the explainer's preset run
@@ -936,6 +947,12 @@ class Studio:
                 if lm.cost_curve is not None:
                     self.warming = "timing a short race, so the first race's clock knows this machine when quiet"
                     self.slots.call(self._quiet_race, lm)
+                if lm.cold_rows is None:
+                    # Last, and a batch at a time in the slot: a visitor's decode waits for one
+                    # batch (about a second), not for the whole table, and runs without the rows
+                    # until they are ready.
+                    self.warming = "computing the model's cold rows (once; they are cached on disk)"
+                    get_cold_rows(lm, call=self._between_visitors)
             except Exception:  # noqa: BLE001 - each view retries when used
                 log.error("warm-up failed: %s", traceback.format_exc())
             finally:

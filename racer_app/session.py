@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from racer.coldrows import load as load_cold_rows
 from racer.drafters import make_drafter
 from racer.drafters.base import Drafter
 from racer.records import StepRecord
@@ -48,6 +49,9 @@ class Trace:
     sizer: dict[str, Any] | None = None
     #: Where the trace came from when it was not recorded in this server ("file", "shipped").
     origin: str = ""
+    #: The model's cold rows the run drafted with (racer.coldrows.ColdRows; `drafter["cold_rows"]`
+    #: holds their key, so a trace read from a file finds them in this machine's cache).
+    cold_rows: Any = None
     _spans: Any = field(default=None, repr=False)
 
     @property
@@ -67,6 +71,13 @@ class Trace:
         if not self.turns or self.drafter is None:
             return None
         d = self.drafter
+        cold = None
+        if any(t.start.cold_rows for t in self.turns):
+            cold = self.cold_rows
+            if cold is None and d.get("cold_rows"):
+                cold = load_cold_rows(d["cold_rows"])
+            if cold is None:
+                return None  # drafted with cold rows this machine does not have: it would not replay
         make = lambda: make_drafter(d["method"], vocab_size=int(d.get("vocab_size") or 1),  # noqa: E731
                                     **dict(d.get("options") or {}))
         sizer = None
@@ -75,7 +86,7 @@ class Trace:
                 return None
             curve, cfg = self.cost_curve, dict(self.sizer)
             sizer = lambda: Sizer(curve, **cfg)  # noqa: E731
-        return Replay(self.turns, make, sizer)
+        return Replay(self.turns, make, sizer, cold)
 
     def spans(self) -> tuple[list[tuple[str, str | None]], list[int]]:
         """Coloured spans of the generated text and the step of each span (computed once)."""

@@ -437,3 +437,50 @@ def test_the_start_up_race_teaches_the_clock_before_any_visitor():
     assert studio.warming is None
     for m in RACE_METHODS:
         assert 0 < levels.level(m) < 1, m          # tiny forwards: far below the curve's 100 ms
+
+
+def test_the_warm_up_makes_the_cold_rows_in_the_slot_and_a_race_replays_with_them(tmp_path, monkeypatch):
+    """The warm-up's last job: the start-up model's cold rows (racer.coldrows), computed on the
+    decode slot's thread a batch at a time; a race after it drafts with them and its trace replays."""
+    import dataclasses
+    import threading
+    import time
+
+    from racer.costcurve import CostCurve
+    from racer_app.handlers import Studio
+    from racer_app.models import ModelStore
+    from racer_app.session import Session
+    monkeypatch.setenv("RACER_CACHE", str(tmp_path))     # none cached: the warm-up computes them
+    lm = make_lm()
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    lm.cost_curve = CostCurve(sizes, [64, 512], [[100.0] * len(sizes)] * 2, {"test": "generous"})
+    threads: set[str] = set()
+    real = lm.model.forward
+
+    def forward(*a, **kw):
+        threads.add(threading.current_thread().name)
+        return real(*a, **kw)
+    lm.model.forward = forward
+    studio = Studio(ModelStore(lm), dataclasses.replace(LIMITS, max_new_tokens=128))
+    calls = []
+    between = studio._between_visitors
+    studio._between_visitors = lambda fn: (calls.append(fn), between(fn))[1]
+    studio.warm_up_in_background()
+    deadline = time.monotonic() + 120
+    while studio.warming is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert studio.warming is None and lm.cold_rows is not None and len(lm.cold_rows) == V
+    assert len(calls) >= 2 and threads == {"racer-decode"}     # the opener, then each batch, in the slot
+    sess = Session()
+    for _ in studio.race(sess, 0, PROMPT, "", *settings(max_new=24)):
+        pass
+    trace = sess.trace
+    assert trace.turns[0].start.cold_rows and trace.drafter["cold_rows"] == lm.cold_rows.key
+    replay = trace.replay()
+    assert replay is not None and replay.before(len(trace.steps) - 1).k == len(trace.steps) - 1
+    # A trace read back from a file has no rows in memory: it finds them in this machine's cache
+    # by their key, and without them it does not replay rather than replay wrongly.
+    trace.cold_rows = None
+    assert trace.replay() is not None and trace.replay().cold_rows.key == lm.cold_rows.key
+    trace.drafter = dict(trace.drafter, cold_rows=dict(lm.cold_rows.key, model="elsewhere"))
+    assert trace.replay() is None

@@ -81,6 +81,10 @@ class BenchMethod:
     def conversation(self, lm: LoadedModel) -> Conversation:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def wants_cold_rows(self, lm: LoadedModel) -> bool:
+        """Whether its drafter reads the model's cold rows (racer.coldrows)."""
+        return False
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -134,6 +138,12 @@ class LoopMethod(BenchMethod):
 
     def conversation(self, lm: LoadedModel) -> Conversation:
         return LoopConversation(self, lm)
+
+    def wants_cold_rows(self, lm: LoadedModel) -> bool:
+        try:
+            return bool(self.factory(lm).wants_cold_rows)
+        except Exception:  # noqa: BLE001 - a drafter that cannot be built fails in its runs, reported there
+            return False
 
 
 class LoopConversation(Conversation):

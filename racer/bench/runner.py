@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TextIO
 
+from ..coldrows import get_cold_rows
 from ..loop import DecodeConfig
 from ..models import LoadedModel
 from ..prompting import build_input_ids
@@ -190,6 +191,12 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
     if not plan:
         return out
 
+    # The model's cold rows are made once per machine, like its cost curve, and never timed.
+    if any(m.wants_cold_rows(lm) for m in ms) and lm.cold_rows is None:
+        t = time.perf_counter()
+        get_cold_rows(lm)
+        if progress:
+            log.write(f"cold rows ready ({time.perf_counter() - t:.1f} s; made once per machine)\n")
     # Warm-up: every method, untimed, on the first prompt (kernels, allocator, cost curve for "auto").
     if st.warmup:
         ids = plan[0][1]

@@ -15,17 +15,19 @@ _FACTORIES: dict[str, tuple[Callable[..., Drafter], dict[str, Any]]] = {
     "pld": (PLDDrafter, {}),
     "tr": (TokenRecyclingDrafter, {}),
     "racer": (RacerDrafter, {"merge": "merge"}),
-    # The paper's drafter: no prompt-lookup chain (see racer.drafters.racer). The ablations
-    # below leave the chain out too, so they compare with racer-nochain.
-    "racer-nochain": (RacerDrafter, {"lookup_chain": False}),
+    # The paper's drafter: no prompt-lookup chain and no cold rows (see racer.drafters.racer).
+    # The ablations below leave both out too, so they compare with racer-nochain.
+    "racer-nochain": (RacerDrafter, {"lookup_chain": False, "cold_rows": False}),
+    # racer without the model's cold rows (racer.coldrows) for roots the context never fed.
+    "racer-nocold": (RacerDrafter, {"cold_rows": False}),
     # Tree sizing without the copy-logit entries' probabilities (ranks only): the ablation of the row-probability buckets.
     "racer-ranks": (RacerDrafter, {"row_probs": False}),
-    "racer-half": (RacerDrafter, {"merge": "half", "lookup_chain": False}),
-    "racer-hard": (RacerDrafter, {"merge": "hard", "lookup_chain": False}),
-    "racer-retrieval": (RacerDrafter, {"logits": False, "lookup_chain": False}),
-    "racer-logits": (RacerDrafter, {"retrieval": False, "lookup_chain": False}),
+    "racer-half": (RacerDrafter, {"merge": "half", "lookup_chain": False, "cold_rows": False}),
+    "racer-hard": (RacerDrafter, {"merge": "hard", "lookup_chain": False, "cold_rows": False}),
+    "racer-retrieval": (RacerDrafter, {"logits": False, "lookup_chain": False, "cold_rows": False}),
+    "racer-logits": (RacerDrafter, {"retrieval": False, "lookup_chain": False, "cold_rows": False}),
     # The released code's breadth rule (halving at the root too), for the ablation table.
-    "racer-released": (RacerDrafter, {"breadth_rule": "released", "lookup_chain": False}),
+    "racer-released": (RacerDrafter, {"breadth_rule": "released", "lookup_chain": False, "cold_rows": False}),
 }
 
 METHODS: tuple[str, ...] = tuple(_FACTORIES)

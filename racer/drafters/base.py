@@ -56,9 +56,15 @@ class Drafter:
     wants_topk_p: bool = False
     #: When True, drafters add picture data (snapshots, rows used) to `tree.info`.
     detail: bool = False
+    #: Whether it reads the model's cold rows (racer.coldrows); the loop then hands them over
+    #: with `use_cold_rows` before `start`, where the model has them.
+    wants_cold_rows: bool = False
 
     def reset(self) -> None:
         """Forget all state (a new session)."""
+
+    def use_cold_rows(self, rows: Any) -> None:
+        """The model's cold rows (racer.coldrows.ColdRows), for a drafter that `wants_cold_rows`."""
 
     def start(self, context: list[int], new_from: int, topk: np.ndarray | None,
               topk_p: np.ndarray | None = None) -> None:

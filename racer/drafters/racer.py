@@ -30,6 +30,11 @@ prompt lookup would stop there. Whether the chain is worth verifying is left to 
 acceptance like any other source's; each chain node carries `run`, how far back the match agrees
 with the text (PLDDrafter's `match_run`), which sizing reads. "racer-nochain" is the paper's drafter without it.
 
+cold_rows (ours, not in the paper): a root the context has never fed has no copy-logit row, and
+nothing else matches it either; with the model's cold rows (racer.coldrows, handed over by the
+decode loop) its children come from what the model predicts after it alone. They are "logits"
+nodes marked `cold=1`, which tree sizing learns apart.
+
 `vocab_size` should be the model's logits width; the store grows if a larger id shows up.
 """
 from __future__ import annotations
@@ -76,7 +81,7 @@ class RacerDrafter(Drafter):
     def __init__(self, vocab_size: int = 1, capacity_automaton: int = 10_000, window: int = 10,
                  topk: int = 8, breadth_rule: str = "paper", merge: str = "merge",
                  retrieval: bool = True, logits: bool = True, lookup_chain: bool = True, chain_len: int = 16,
-                 row_probs: bool = True, name: str | None = None) -> None:
+                 row_probs: bool = True, cold_rows: bool = True, name: str | None = None) -> None:
         if breadth_rule not in RULES:
             raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
         if merge not in MERGES:
@@ -96,10 +101,17 @@ class RacerDrafter(Drafter):
         self.wants_topk_p = self.logits and bool(row_probs)
         self.automaton = Automaton(capacity=capacity_automaton, window=window)
         self.store = CopyLogitStore(vocab_size, self.k)
+        # A root the context never fed has no copy-logit row; with the model's cold rows it
+        # drafts from what the model predicts after it alone (racer.coldrows; ours, not in the paper).
+        self.wants_cold_rows = self.logits and bool(cold_rows)
         self.lookup = PLDDrafter(max_draft=chain_len, periodic=True) if lookup_chain else None
         # How many context tokens the automaton has consumed, so `start` can catch up on
         # tokens committed without a verify step (e.g. a final pending root).
         self._fed = 0
+
+    def use_cold_rows(self, rows: Any) -> None:
+        if self.wants_cold_rows:
+            self.store.cold = rows
 
     def reset(self) -> None:
         self.automaton.reset()
@@ -172,6 +184,7 @@ class RacerDrafter(Drafter):
             "borders": self._borders(cont),
             "n_retrieval": counts["retrieval"], "n_logits": counts["logits"], "n_both": counts["both"],
             "n_lookup": counts["lookup"], "chain_len": len(d.chain_nodes),
+            "cold_root": bool(d.expansion is not None and d.expansion.cold),
             "capacity": int(capacity),
             "draft_breakdown": d.breakdown,
         }
@@ -231,7 +244,10 @@ class RacerDrafter(Drafter):
             node = -1
             if at >= 0:
                 if len(tree) < limit or child(at, tok) >= 0:
-                    node = add(at, tok, "logits", rank, breadth=b, p_row=p)
+                    if par < 0 and exp.cold:  # sizing learns the cold row's acceptance apart
+                        node = add(at, tok, "logits", rank, breadth=b, p_row=p, cold=1)
+                    else:
+                        node = add(at, tok, "logits", rank, breadth=b, p_row=p)
             place.append(node)
         return place
 
