@@ -36,6 +36,19 @@ def make_lm():
     return lm
 
 
+def forward_threads(lm) -> set[str]:
+    """The names of the threads the model's forwards run on, filled in as they run."""
+    import threading
+    threads: set[str] = set()
+    real = lm.model.forward
+
+    def forward(*a, **kw):
+        threads.add(threading.current_thread().name)
+        return real(*a, **kw)
+    lm.model.forward = forward
+    return threads
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -390,18 +403,11 @@ def test_the_benchmark_view_shows_the_shipped_run_of_this_kind_of_machine_and_sa
 def test_every_forward_of_a_race_and_a_chat_runs_on_the_decode_slots_thread():
     # Forwards from more than one thread ran at half speed on a 2-core CPU (OpenMP stops spinning
     # once more threads than CPUs hold worker pools): the handlers' threads must never compute.
-    import threading
     from racer_app.handlers import Studio
     from racer_app.models import ModelStore
     from racer_app.session import Session
     lm = make_lm()
-    threads: set[str] = set()
-    real = lm.model.forward
-
-    def forward(*a, **kw):
-        threads.add(threading.current_thread().name)
-        return real(*a, **kw)
-    lm.model.forward = forward
+    threads = forward_threads(lm)
     studio = Studio(ModelStore(lm), LIMITS)
     sess = Session()
     for _ in studio.race(sess, 0, PROMPT, "", *settings(max_new=12)):
@@ -443,7 +449,6 @@ def test_the_warm_up_makes_the_cold_rows_in_the_slot_and_a_race_replays_with_the
     """The warm-up's last job: the start-up model's cold rows (racer.coldrows), computed on the
     decode slot's thread a batch at a time; a race after it drafts with them and its trace replays."""
     import dataclasses
-    import threading
     import time
 
     from racer.costcurve import CostCurve
@@ -454,13 +459,7 @@ def test_the_warm_up_makes_the_cold_rows_in_the_slot_and_a_race_replays_with_the
     lm = make_lm()
     sizes = [1, 2, 4, 8, 16, 32, 64]
     lm.cost_curve = CostCurve(sizes, [64, 512], [[100.0] * len(sizes)] * 2, {"test": "generous"})
-    threads: set[str] = set()
-    real = lm.model.forward
-
-    def forward(*a, **kw):
-        threads.add(threading.current_thread().name)
-        return real(*a, **kw)
-    lm.model.forward = forward
+    threads = forward_threads(lm)
     studio = Studio(ModelStore(lm), dataclasses.replace(LIMITS, max_new_tokens=128))
     calls = []
     between = studio._between_visitors
