@@ -144,3 +144,25 @@ def test_a_chat_that_got_cold_rows_mid_way_replays_each_turn_as_it_ran(lm, own_c
     turns = [Turn(first.start, steps1), Turn(second.start, steps2)]
     replay = Replay(turns, lambda: make_drafter("racer", vocab_size=V), cold_rows=rows)
     assert replay.before(len(steps2) - 1).k == len(steps2) - 1
+
+
+def test_the_benchmark_makes_them_untimed_and_goes_on_without_them_when_it_cannot(lm, own_cache, monkeypatch):
+    import io
+
+    import racer.bench.runner as runner
+    from racer.bench import BenchSettings, Row, run_rows
+    rows = [Row("q1", "copy", ["x"])]
+    st = BenchSettings(max_new_tokens=16, capacity=12, warmup=0)
+    lm.cold_rows = None
+    run_rows(lm, rows, ["ar", "racer"], st, encode=lambda msgs: PROMPT, progress=False)
+    assert lm.cold_rows is not None                # made before any timed run
+    lm.cold_rows = None
+
+    def fail(lm_):
+        raise RuntimeError("no batched cache for this architecture")
+    monkeypatch.setattr(runner, "get_cold_rows", fail)
+    log = io.StringIO()
+    run = run_rows(lm, rows, ["ar", "racer"], st, encode=lambda msgs: PROMPT, progress=False, log=log)
+    assert "cold rows could not be made (RuntimeError: no batched cache" in log.getvalue()
+    assert {r["method"] for r in run.results} == {"ar", "racer"} and not run.errors
+    assert run.results[0]["token_ids"] == run.results[1]["token_ids"]

@@ -192,11 +192,15 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
         return out
 
     # The model's cold rows are made once per machine, like its cost curve, and never timed.
+    # A model they cannot be made for (an architecture whose cache will not batch) runs without them.
     if any(m.wants_cold_rows(lm) for m in ms) and lm.cold_rows is None:
         t = time.perf_counter()
-        get_cold_rows(lm)
-        if progress:
-            log.write(f"cold rows ready ({time.perf_counter() - t:.1f} s; made once per machine)\n")
+        try:
+            get_cold_rows(lm)
+            if progress:
+                log.write(f"cold rows ready ({time.perf_counter() - t:.1f} s; made once per machine)\n")
+        except Exception as e:  # noqa: BLE001
+            log.write(f"cold rows could not be made ({e.__class__.__name__}: {e}); racer runs without them\n")
     # Warm-up: every method, untimed, on the first prompt (kernels, allocator, cost curve for "auto").
     if st.warmup:
         ids = plan[0][1]
