@@ -70,9 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         if drafter.wants_cold_rows:
             # Made once per machine by the app's warm-up or the benchmark; a one-off decode does
             # not wait a minute for them.
-            from .coldrows import load, rows_key
-            lm.cold_rows = load(rows_key(lm))
-            if lm.cold_rows is None and not args.json:
+            from .coldrows import get_cold_rows
+            if get_cold_rows(lm, make=False) is None and not args.json:
                 print("note: no cold rows for this model on this machine yet (the app and the benchmark make "
                       "them), so roots the text never held draft nothing", file=sys.stderr)
         run = DecodeRun(lm, ids, drafter, cfg)

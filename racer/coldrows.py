@@ -26,7 +26,6 @@ blocks a decode for a minute unasked. Vocabularies above `MAX_ROWS` get rows for
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 
 from .models import LoadedModel
-from .paths import cache_root
+from .paths import keyed_file
 from .prompting import build_input_ids
 
 #: Rows computed per model at most (the first ids of the vocabulary).
@@ -94,8 +93,7 @@ def rows_key(lm: LoadedModel, k: int = K, max_rows: int = MAX_ROWS) -> dict[str,
 
 
 def _cache_file(key: dict[str, Any]) -> Path:
-    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return cache_root() / "coldrows" / f"{h}.npz"
+    return keyed_file("coldrows", key, ".npz")
 
 
 def compute(lm: LoadedModel, k: int = K, max_rows: int = MAX_ROWS, batch: int = BATCH,
@@ -155,13 +153,16 @@ def load(key: dict[str, Any]) -> ColdRows | None:
 
 
 def get_cold_rows(lm: LoadedModel, progress: Callable[[str], None] | None = None,
-                  call: Callable[[Callable[[], None]], Any] | None = None) -> ColdRows:
+                  call: Callable[[Callable[[], None]], Any] | None = None, make: bool = True) -> ColdRows | None:
     """This model's cold rows: kept on `lm.cold_rows`, else from the disk cache, else computed
-    (about a minute for the default model on a 2-core CPU; `call` as in `compute`) and cached."""
+    (about a minute for the default model on a 2-core CPU; `call` as in `compute`) and cached.
+    With `make=False`, None where they are not made yet (nothing is computed)."""
     if lm.cold_rows is not None:
         return lm.cold_rows
     key = rows_key(lm)
     rows = load(key)
+    if rows is None and not make:
+        return None
     if rows is None:
         rows = compute(lm, progress=progress, call=call)
         path = _cache_file(key)

@@ -12,7 +12,6 @@ sit 0.81-0.99x (`python scripts/prefill_shape.py`; docs/PERFORMANCE.md, "The rac
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import random
@@ -29,7 +28,7 @@ from . import cpu
 from .cpu.rows import argmax
 from .kvcache import new_cache
 from .models import LoadedModel
-from .paths import cache_root
+from .paths import keyed_file
 from .tree import DraftTree
 from .verify import forward_tree
 
@@ -145,8 +144,7 @@ def curve_key(lm: LoadedModel) -> dict[str, str]:
 
 
 def _cache_file(key: dict[str, str]) -> Path:
-    h = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return cache_root() / "costcurves" / f"{h}.json"
+    return keyed_file("costcurves", key, ".json")
 
 
 def random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
