@@ -61,10 +61,11 @@ RACE_METHODS = ("racer", "ar", "tr")
 RACE_REPEATS = 3        # the page's "race 3×" switch
 TEXT_EVERY_S = 0.1      # race text updates: ~10 per second
 PLOT_EVERY_S = 0.33     # race plot updates: ~3 per second
-#: The start-up's quiet race (`Studio._quiet_race`): a copy-heavy example that runs its full
-#: length, long enough for every lane's level (racer.race.QuietLevels.MIN forwards; RACER makes
-#: about 20 here), 3-4 s on a 2-core CPU in bfloat16.
-QUIET_RACE_EXAMPLE = "Extract to JSON"
+#: The start-up's quiet race (`Studio._quiet_race`): a copy-heavy example that runs long enough
+#: for every lane's level (racer.race.QuietLevels.MIN forwards; on the default model RACER makes
+#: 33 here in bfloat16 for 106 tokens, 39 in float32 for 79), about 3 s on a 2-core CPU.
+#: "Extract to JSON" was the example before; in bfloat16 it now stops after 41 tokens.
+QUIET_RACE_EXAMPLE = "Summarise a passage"
 QUIET_RACE_TOKENS = 128
 
 
@@ -192,8 +193,8 @@ class Studio:
         """Step the generator `work` on a decode slot's thread, holding the slot; `waiting(status)`
         is the frame shown while the server's own warm-up holds it."""
         yield from self.slots.iterate(work, waiting=lambda: waiting(
-            "⏳ Waiting for the server's warm-up (its cost-curve measurement or example run) to finish, so it "
-            "does not run beside yours…"))
+            "⏳ Waiting for the server's warm-up (the model's load, cost-curve measurement, example run and a "
+            "short timing race) to finish, so it does not run beside yours…"))
 
     @property
     def max_session_bytes(self) -> int:
@@ -915,12 +916,17 @@ class Studio:
     def preset(self, lm: Any) -> X.Preset:
         """The preset run for `lm`, made once per process (a second caller waits for the first)."""
         with self._preset_lock:
-            preset = X.get_preset(lm.name)
-            if preset is None:
-                # A decode like any other: in the slot, never beside a visitor's race.
-                preset = self.slots.call(self._run_preset, lm)
-                X.put_preset(lm.name, preset)
-            return preset
+            # A decode like any other: in the slot, never beside a visitor's race.
+            return self._preset_made(lm, self.slots.call)
+
+    def _preset_made(self, lm: Any, call: Callable[..., Any]) -> X.Preset:
+        """The preset for `lm`, run on a slot by `call(fn, lm)` if not made yet (the caller holds
+        _preset_lock)."""
+        preset = X.get_preset(lm.name)
+        if preset is None:
+            preset = call(self._run_preset, lm)
+            X.put_preset(lm.name, preset)
+        return preset
 
     def _between_visitors(self, fn: Callable[[], None]) -> None:
         """`fn` in the decode slot; then a pause, so a visitor waiting for the slot takes it before
@@ -932,27 +938,35 @@ class Studio:
         """After the start-up model loads: measure this machine's cost curve if trees are sized
         automatically (once per machine, cached on disk), then make the explainer's preset run
         and a short race nobody watches (`_quiet_race`), so none of it waits for the first
-        visitor. The status line says what is going on."""
+        visitor, and last the model's cold rows. The status line says what is going on; the
+        server's log says when it is done.
+
+        The decode slot is taken before the model has loaded and held until the quiet race ends,
+        so a visitor's first race always runs after all of it: once a visitor's race could take
+        the slot between two of these jobs (whoever asked first when the model was ready got it),
+        and then it ran before the quiet race had taught the clock, and the quiet race after it,
+        beside whatever the visitor did next. The cold rows take longest (once per model, cached
+        on disk) and go a batch at a time, so a visitor waits for one batch, not for all."""
         def work() -> None:
-            self.store.wait()
-            lm = self.store.peek()
-            if lm is None:
-                return
+            t0 = time.perf_counter()
             try:
-                if uses_auto(self.defaults) and lm.cost_curve is None:
-                    self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
-                    self.slots.call(make_sizer, lm)
-                self.warming = "preparing the How it works example"
-                self.preset(lm)
-                if lm.cost_curve is not None:
-                    self.warming = "timing a short race, so the first race's clock knows this machine when quiet"
-                    self.slots.call(self._quiet_race, lm)
+                with self._preset_lock, self.slots.hold() as slot:
+                    self.store.wait()
+                    lm = self.store.peek()
+                    if lm is None:
+                        return
+                    if uses_auto(self.defaults) and lm.cost_curve is None:
+                        self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
+                        slot.call(make_sizer, lm)
+                    self.warming = "preparing the How it works example"
+                    self._preset_made(lm, slot.call)
+                    if lm.cost_curve is not None:
+                        self.warming = "timing a short race, so the first race's clock knows this machine when quiet"
+                        slot.call(self._quiet_race, lm)
                 if lm.cold_rows is None:
-                    # Last, and a batch at a time in the slot: a visitor's decode waits for one
-                    # batch (about a second), not for the whole table, and runs without the rows
-                    # until they are ready.
                     self.warming = "computing the model's cold rows (once; they are cached on disk)"
                     get_cold_rows(lm, call=self._between_visitors)
+                print(f"RACER Studio: warm-up done in {time.perf_counter() - t0:.1f} s", flush=True)
             except Exception:  # noqa: BLE001 - each view retries when used
                 log.error("warm-up failed: %s", traceback.format_exc())
             finally:

@@ -2,27 +2,35 @@
 running app, quiet and under load, against an interleaved `python -m racer.bench` run of the
 same prompt on the same machine.
 
-    .venv/bin/python scripts/race_check.py                        # Extract to JSON, 128 tokens, 3 races per mode
+    .venv/bin/python scripts/race_check.py                        # Summarise a passage, 128 tokens, 3 races per mode
     .venv/bin/python scripts/race_check.py --example "Copy with a small change" --races 5
     .venv/bin/python scripts/race_check.py --modes api,inspector  # skip the browser
+    RACER_DTYPE=float32 .venv/bin/python scripts/race_check.py    # server and bench in float32
 
-Order (the machine must be otherwise idle; every step runs alone except the load it adds):
-  1. bench: `racer.bench` on the example's prompt, methods ar,tr,racer interleaved, 3 repeats;
-  2. `python app.py` starts; the first race is sent at once, so it waits for the server's warm-up
-     ("first after start-up");
-  3. per mode, `--races` races of the example, then the bench again (each mode is compared with
-     the mean of the bench runs before and after it: the machine's speed drifts over minutes):
+The bench is `racer.bench`'s loop (methods ar,tr,racer interleaved, `--bench-repeats` each, the
+median) in a worker process that loads the model once, so it runs between any two races: the
+host's speed drifts by 10-30 % over minutes, and every race is compared with the mean of the bench
+just before it and the one just after it. Order (the machine must be otherwise idle; every step
+runs alone except the load it adds):
+  1. a bench; `python app.py` starts; the first race is sent at once, so it waits for the server's
+     warm-up ("first after start-up"); a bench;
+  2. per mode, `--races` races of the example, a bench after each:
        api        through gradio_client, nothing else running;
-       inspector  the same while a second client steps through its own trace in the inspector;
+       inspector  the same while a second client steps through its own trace in the inspector
+                  (it pauses while a bench runs);
        browser    from a Chromium page (the page renders every streamed update) while the second
-                  client steps through the inspector.
-Prints a table (per race: each lane's tokens/s, RACER's speed-ups, disturbed steps) and, per
-mode, the median, the spread (max - min over the median) and the ratio to the bench; writes the
-same as JSON with --json. Needs Debian's Chromium and playwright for the browser mode.
+                  client steps through the inspector; a fresh page each race, closed before the
+                  bench (an idle Gradio page polls and renders: a bench beside one read up to
+                  25 % slow).
+Prints a table (per race: each lane's tokens/s, RACER's speed-ups, disturbed steps, its bench) and,
+per mode, the median, the spread (max - min over the median) and the median ratio of a race to
+its bench; writes the same as JSON with --json. Needs Debian's Chromium and playwright for the
+browser mode.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -30,7 +38,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -40,6 +47,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 LANES = ("racer", "ar", "tr")
+# A copy-heavy example that runs long in both dtypes on the default model (bfloat16: 106 tokens,
+# RACER's MAT 3.2; float32: 79 tokens, MAT 2.0). "Extract to JSON", the default before, now stops
+# after 41 tokens in bfloat16: its first token is a one-step tie that the packed kernel breaks the
+# other way, and a 41-token race of MAT 1.5 cannot tell a skewed clock from a right one.
+DEFAULT_EXAMPLE = "Summarise a passage"
 
 
 def settings(max_new: int, mode: str = "auto", capacity: int = 16) -> list[Any]:
@@ -76,23 +88,63 @@ def parse_race(verdict: str, stats: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-# -- bench -----------------------------------------------------------------------------------------
+# -- bench ---------------------------------------------------------------------------------------
 
-def bench(prompt: str, max_new: int, repeats: int) -> dict[str, Any]:
-    """RACER's speed-up over plain decoding in an interleaved racer.bench run of `prompt`:
-    decoding only (the prefill left out, as the race's headline) and the whole request."""
-    with tempfile.TemporaryDirectory() as d:
-        data = Path(d) / "prompt.jsonl"
-        data.write_text(json.dumps({"question_id": "race-check", "category": "check", "turns": [prompt]}) + "\n")
-        out = Path(d) / "out"
-        subprocess.run([sys.executable, "-m", "racer.bench", "--data", str(data), "--methods", "ar,tr,racer",
-                        "--max-new-tokens", str(max_new), "--capacity", "auto", "--repeats", str(repeats),
-                        "--warmup", "1", "--out", str(out), "--no-progress"], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL)
-        rows = {r["method"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+class BenchWorker:
+    """`racer.bench`'s interleaved loop in a process of its own that loads the model once, so a bench
+    can run between any two races: the host's speed drifts by 10-30 % over minutes, and each race is
+    compared with the benches just before and just after it. The process idles between benches,
+    the app's server between races."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--bench-worker"], cwd=ROOT, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def run(self, prompt: str, system: str, max_new: int, repeats: int) -> dict[str, Any]:
+        """RACER's speed-up over plain decoding, decoding only (the prefill left out, as the race's
+        headline) and the whole request, with each method's tokens/s: median of `repeats`."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"prompt": prompt, "system": system, "max_new": max_new,
+                                          "repeats": repeats}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the bench worker exited")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def bench_worker() -> int:
+    """The worker's side: one JSON request per stdin line, one JSON answer per stdout line."""
+    sys.path.insert(0, str(ROOT))
+    from racer.bench import BenchSettings, Row, run_rows
+    from racer.coldrows import get_cold_rows
+    from racer.costcurve import get_cost_curve
+    from racer.models import load_model
+    # The dtype and device the app's server takes (RACER_DTYPE, RACER_DEVICE), so both run alike.
+    lm = load_model(device=os.environ.get("RACER_DEVICE", "auto"), dtype=os.environ.get("RACER_DTYPE", "auto"))
+    get_cost_curve(lm)
+    get_cold_rows(lm)
+    quiet = open(os.devnull, "w")
+    for line in sys.stdin:
+        req = json.loads(line)
+        st = BenchSettings(max_new_tokens=req["max_new"], capacity="auto", repeats=req["repeats"], warmup=1)
+        run = run_rows(lm, [Row("race-check", "check", [req["prompt"]], req["system"])], ["ar", "tr", "racer"], st,
+                       progress=False, log=quiet)
+        print(json.dumps(bench_figures(run.results)), flush=True)
+    return 0
+
+
+def bench_figures(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each method's tokens/s (decoding, and whole request) and RACER's speed-ups, from a bench's
+    result rows: per repeat its wall time less its own prefill, then the median."""
     res: dict[str, Any] = {}
-    for m, r in rows.items():
-        # Decoding time per repeat (its wall time less its own prefill), then the median.
+    for r in results:
+        m = r["method"]
         dec = statistics.median(w - (p or 0) / 1e3 for w, p in zip(r["repeats_wall_s"], r["repeats_prefill_ms"]))
         res[f"{m}_tps"] = round(r["new_tokens"] / dec, 2)
         res[f"{m}_total_tps"] = round(r["tokens_per_s"], 2)
@@ -125,6 +177,16 @@ def start_app() -> tuple[subprocess.Popen, str]:
     raise RuntimeError("app.py did not start")
 
 
+def wait_for_warm_up(timeout_s: float = 1800) -> None:
+    """Until the server's log says its warm-up is done (a bench beside it would be disturbed)."""
+    log = ROOT / "artifacts" / "race-check-server.log"
+    deadline = time.monotonic() + timeout_s
+    while "warm-up done" not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server's warm-up did not end; see artifacts/race-check-server.log")
+        time.sleep(0.5)
+
+
 def api_race(url: str, prompt: str, system: str, max_new: int) -> dict[str, Any]:
     import gradio_client
     c = gradio_client.Client(url, verbose=False)
@@ -137,7 +199,9 @@ def api_race(url: str, prompt: str, system: str, max_new: int) -> dict[str, Any]
 
 class Inspector(threading.Thread):
     """A second visitor: one short race of its own, then stepping through it in the inspector
-    (every step re-renders the tree, automaton and text pictures) until told to stop."""
+    (every step re-renders the tree, automaton and text pictures) until told to stop. It starts
+    held: `resume()` lets it go on, `pause()` holds it again (after its request in flight) while a
+    bench runs."""
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
@@ -148,14 +212,33 @@ class Inspector(threading.Thread):
         header = self.c.predict(1366, api_name="/inspector")[0]
         self.n = int(re.search(r"(\d+) steps", header).group(1))
         self.halt = threading.Event()
+        self._go = threading.Event()
+        self._idle = threading.Event()
         self.renders = 0
         self.errors: list[str] = []
+
+    def pause(self) -> None:
+        self._go.clear()
+        self._idle.wait(timeout=60)
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self._go.set()
+        self.join(timeout=60)
 
     def run(self) -> None:
         # A request the client reports cancelled or failed (seen once in the browser mode) must not
         # end the load: it is counted and the next step asked for.
         k = 1
         while not self.halt.is_set():
+            if not self._go.is_set():
+                self._idle.set()
+                self._go.wait()
+                continue
+            self._idle.clear()
             try:
                 self.c.predict(k, 1366, api_name="/inspector_step")
                 self.renders += 1
@@ -165,11 +248,14 @@ class Inspector(threading.Thread):
                     raise
                 time.sleep(0.2)
             k = k % self.n + 1
+        self._idle.set()
 
 
-def browser_races(url: str, title: str, max_new: int, n: int) -> list[dict[str, Any]]:
+def browser_race(url: str, title: str, max_new: int) -> dict[str, Any]:
+    """One race from a fresh Chromium page on the app's Race view, read from what the page shows.
+    The browser is closed again before the next bench: an open Gradio page keeps polling and
+    rendering, which slowed a bench beside it by up to 25 %."""
     from playwright.sync_api import sync_playwright
-    out = []
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                               args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
@@ -183,13 +269,9 @@ def browser_races(url: str, title: str, max_new: int, n: int) -> list[dict[str, 
         box.press("Enter")
         pg.get_by_role("tab", name="Race").click()
         pg.get_by_text(title).first.click()
-        for _ in range(n):
-            pg.locator("#run").click()
-            # The last race's status reads "Finished … Racing on …" until this one's first frame.
-            pg.wait_for_function("() => !document.querySelector('#race-status').innerText.includes('Finished')")
-            pg.locator("#race-status").get_by_text(re.compile("Finished")).wait_for()
-            out.append(parse_race(pg.locator("#verdict").inner_text(),
-                                  {m: pg.locator(f"#stats-{m}").inner_text() for m in LANES}))
+        pg.locator("#run").click()
+        pg.locator("#race-status").get_by_text(re.compile("Finished")).wait_for()
+        out = parse_race(pg.locator("#verdict").inner_text(), {m: pg.locator(f"#stats-{m}").inner_text() for m in LANES})
         b.close()
     return out
 
@@ -199,9 +281,14 @@ def mean_bench(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: round(statistics.mean(r[k] for r in runs), 3) for k in runs[0] if all(r.get(k) for r in runs)}
 
 
-def summarise(rows: list[dict[str, Any]], ref: dict[str, Any]) -> dict[str, Any]:
+KEYS = ("speedup", "speedup_total", "speedup_wall", "racer_tps", "ar_tps", "tr_tps")
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure: the median over the races, its spread (max - min over the median) and the
+    median of each race's ratio to its own bench (the mean of the bench before and after it)."""
     s: dict[str, Any] = {"n": len(rows)}
-    for key in ("speedup", "speedup_total", "speedup_wall", "racer_tps", "ar_tps", "tr_tps"):
+    for key in KEYS:
         xs = [r[key] for r in rows if r.get(key)]
         if not xs:
             continue
@@ -209,87 +296,103 @@ def summarise(rows: list[dict[str, Any]], ref: dict[str, Any]) -> dict[str, Any]
         s[key] = round(med, 3)
         s[key + "_spread"] = round((max(xs) - min(xs)) / med, 3)
         ref_key = "speedup" if key == "speedup_wall" else key   # wall time against the same bench figure
-        if ref.get(ref_key):
-            s[key + "_vs_bench"] = round(med / ref[ref_key], 3)
+        ratios = [r[key] / r["bench"][ref_key] for r in rows if r.get(key) and r["bench"].get(ref_key)]
+        if ratios:
+            s[key + "_vs_bench"] = round(statistics.median(ratios), 3)
     s["disturbed"] = [r["disturbed"] for r in rows]
     return s
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--example", default="Extract to JSON", help="a shipped example's title (assets/examples.json)")
+    ap.add_argument("--example", default=DEFAULT_EXAMPLE, help="a shipped example's title (assets/examples.json)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--races", type=int, default=3, help="races per mode")
     ap.add_argument("--modes", default="api,inspector,browser")
-    ap.add_argument("--bench-repeats", type=int, default=3)
+    ap.add_argument("--bench-repeats", type=int, default=2, help="repeats of each bench between two races")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--bench-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.bench_worker:
+        return bench_worker()
     ex = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[args.example]
-    if ex.get("system"):
-        raise SystemExit("pick an example without a system prompt: racer.bench has none")
+    prompt, system = ex["prompt"], ex.get("system") or ""
     (ROOT / "artifacts").mkdir(exist_ok=True)
     cpu = sorted(set(re.findall(r"avx512_bf16|avx2", Path("/proc/cpuinfo").read_text())))
     result: dict[str, Any] = {"example": args.example, "max_new_tokens": args.max_new_tokens, "cpu": cpu,
+                              "dtype": os.environ.get("RACER_DTYPE", "auto"),
                               "command": " ".join(sys.argv)}
-    bench_labels = result["bench_labels"] = []
-
-    def run_bench(label: str) -> dict[str, Any]:
-        bench_labels.append(label)
-        print(f"bench ({label}): {args.example}, {args.max_new_tokens} tokens, {args.bench_repeats} repeats …",
-              file=sys.stderr)
-        return bench(ex["prompt"], args.max_new_tokens, args.bench_repeats)
-
-    # The machine's own speed drifts by 10-30 % over minutes on a shared host, so each mode is
-    # compared with the mean of a bench run just before it and one just after it.
-    benches = result["benches"] = [run_bench("before the app")]
-    refs: dict[str, dict[str, Any]] = {}
-    proc, url = start_app()
+    worker = BenchWorker()
+    benches: list[dict[str, Any]] = []
     races: dict[str, list[dict[str, Any]]] = {}
+
+    def bench() -> dict[str, Any]:
+        benches.append(worker.run(prompt, system, args.max_new_tokens, args.bench_repeats))
+        return benches[-1]
+
+    def series(mode: str, n: int, race: Any, load: Inspector | None = None,
+               before: dict[str, Any] | None = None) -> None:
+        """`n` races, a bench before each and after the last; each race keeps the mean of its two.
+        The second visitor, if any, pauses while a bench runs."""
+        print(f"{mode}: {n} race(s), a bench around each …", file=sys.stderr)
+        before = before or bench()
+        for _ in range(n):
+            if load is not None:
+                load.resume()
+            r = race()
+            if load is not None:
+                load.pause()
+            after = bench()
+            r["bench"] = mean_bench([before, after])
+            races.setdefault(mode, []).append(r)
+            before = after
+
+    bench()   # the worker's first bench warms it; not counted
+    benches.clear()
+    first_before = bench()
+    proc, url = start_app()
     modes = args.modes.split(",")
+    api = lambda: api_race(url, prompt, system, args.max_new_tokens)  # noqa: E731
     try:
-        print("first race after start-up …", file=sys.stderr)
-        races["first"] = [api_race(url, ex["prompt"], "", args.max_new_tokens)]
+        # Sent at once, so it waits for the server's warm-up: the first race a visitor can run.
+        series("first", 1, lambda: (r := api(), wait_for_warm_up())[0], before=first_before)
         if "api" in modes:
-            races["api"] = [api_race(url, ex["prompt"], "", args.max_new_tokens) for _ in range(args.races)]
-        benches.append(run_bench("after the quiet races"))
-        refs["first"] = refs["api"] = mean_bench(benches[-2:])
+            series("api", args.races, api)
         for mode in ("inspector", "browser"):
             if mode not in modes:
                 continue
-            print(f"{mode} races …", file=sys.stderr)
             insp = Inspector(url)
             insp.start()
+            race = functools.partial(browser_race, url, args.example, args.max_new_tokens) if mode == "browser" else api
             try:
-                if mode == "inspector":
-                    races[mode] = [api_race(url, ex["prompt"], "", args.max_new_tokens) for _ in range(args.races)]
-                else:
-                    races[mode] = browser_races(url, args.example, args.max_new_tokens, args.races)
+                series(mode, args.races, race, load=insp)
             finally:
-                insp.halt.set()
-                insp.join(timeout=60)
+                insp.stop()
             result[f"{mode}_inspector_renders"] = insp.renders
             result[f"{mode}_inspector_errors"] = insp.errors
-            benches.append(run_bench(f"after the {mode} races"))
-            refs[mode] = mean_bench(benches[-2:])
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    ref = mean_bench(benches)
+        worker.close()
+    result["benches"] = benches
     result["races"] = races
-    result["summary"] = {m: summarise(rs, refs[m]) for m, rs in races.items()}
-    print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}")
-    for label, b in zip(bench_labels, benches):
-        print(f"bench {label} (interleaved, median of {args.bench_repeats}): RACER {b['speedup']:.2f}× decoding, "
-              f"{b['speedup_total']:.2f}× whole request; tok/s racer {b['racer_tps']}, ar {b['ar_tps']}, "
-              f"tr {b['tr_tps']}")
-    print(f"all benches: RACER {ref['speedup']:.2f}× decoding; each mode below is compared with the mean of the "
-          "bench before it and the one after it")
-    print("| mode | race | RACER × | whole × | at wall time × | racer tok/s | ar tok/s | tr tok/s | disturbed racer/ar/tr |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    result["summary"] = {m: summarise(rs) for m, rs in races.items()}
+    print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}, "
+          f"RACER_DTYPE={os.environ.get('RACER_DTYPE', 'auto')}")
+    sp = [b["speedup"] for b in benches]
+    print(f"{len(benches)} benches (interleaved, median of {args.bench_repeats} each): RACER {min(sp):.2f}-{max(sp):.2f}× "
+          f"decoding; plain decoding {min(b['ar_tps'] for b in benches)}-{max(b['ar_tps'] for b in benches)} tok/s. "
+          "Each race is compared with the mean of the bench just before it and the one just after it.")
+    print("| mode | race | RACER × | bench × | whole × | at wall time × | racer tok/s | ar tok/s | tr tok/s | "
+          "bench tok/s racer / ar / tr | disturbed racer/ar/tr |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mode, rs in races.items():
         for i, r in enumerate(rs, 1):
-            print(f"| {mode} | {i} | {r['speedup']} | {r['speedup_total']} | {r.get('speedup_wall')} | {r['racer_tps']} | "
-                  f"{r['ar_tps']} | {r['tr_tps']} | {r['racer_disturbed']}/{r['ar_disturbed']}/{r['tr_disturbed']} |")
+            b = r["bench"]
+            print(f"| {mode} | {i} | {r['speedup']} | {b['speedup']:.2f} | {r['speedup_total']} | {r.get('speedup_wall')} | "
+                  f"{r['racer_tps']} | {r['ar_tps']} | {r['tr_tps']} | "
+                  f"{b['racer_tps']:.1f} / {b['ar_tps']:.1f} / {b['tr_tps']:.1f} | "
+                  f"{r['racer_disturbed']}/{r['ar_disturbed']}/{r['tr_disturbed']} |")
     print("\n| mode | median RACER × | spread | vs bench | whole × vs bench | at wall time × vs bench | "
           "tok/s vs bench racer / ar / tr | tok/s spread racer / ar / tr |")
     print("|---|---|---|---|---|---|---|---|")

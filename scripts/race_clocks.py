@@ -1,7 +1,7 @@
 """Which clock should the race use? Candidate clocks computed from the same recorded races, in
 one process, on a quiet machine and under two kinds of load:
 
-    .venv/bin/python scripts/race_clocks.py                       # Extract to JSON, 128 tokens, 4 races per load
+    .venv/bin/python scripts/race_clocks.py                       # Summarise a passage, 128 tokens, 4 races per load
     .venv/bin/python scripts/race_clocks.py --races 6 --loads quiet,process
 
 Loads: quiet (one series before the loads, one after: the machine drifts); process (a busy-loop process takes one of the cores for the whole race); render (a
@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+from race_check import DEFAULT_EXAMPLE  # noqa: E402 - the example race_check runs
 
 CLOCKS = ("wall", "trimmed", "model", "quiet", "fwd", "cpu")
 
@@ -86,7 +87,7 @@ def render_load(halt: threading.Event) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--example", default="Extract to JSON")
+    ap.add_argument("--example", default=DEFAULT_EXAMPLE)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--races", type=int, default=4)
     ap.add_argument("--loads", default="quiet,process,render")

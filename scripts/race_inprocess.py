@@ -2,7 +2,7 @@
 only its own frame-building runs beside it (compare scripts/race_check.py, the same through the
 server).
 
-    .venv/bin/python scripts/race_inprocess.py                    # Extract to JSON, 128 tokens, 3 races
+    .venv/bin/python scripts/race_inprocess.py                    # Summarise a passage, 128 tokens, 3 races
     .venv/bin/python scripts/race_inprocess.py --no-gc            # the garbage collector off throughout
     .venv/bin/python scripts/race_inprocess.py --no-frames        # the race alone: no frame built between steps
     .venv/bin/python scripts/race_inprocess.py --no-frames --pause-ms 10   # ... with an idle pause between steps
@@ -20,11 +20,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+from race_check import DEFAULT_EXAMPLE  # noqa: E402 - the example race_check runs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--example", default="Extract to JSON")
+    ap.add_argument("--example", default=DEFAULT_EXAMPLE)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--races", type=int, default=3)
     ap.add_argument("--no-gc", action="store_true")

@@ -445,6 +445,48 @@ def test_the_start_up_race_teaches_the_clock_before_any_visitor():
         assert 0 < levels.level(m) < 1, m          # tiny forwards: far below the curve's 100 ms
 
 
+def test_a_race_sent_while_the_model_loads_runs_after_the_warm_up_and_its_quiet_race():
+    """The warm-up takes the decode slot before the start-up model has loaded and holds it until
+    its quiet race ends: a visitor's race sent meanwhile waits, then runs with the quiet levels
+    known. (It used to take the slot first and wait for the model inside it, so it raced before
+    the quiet race and the quiet race ran after it, beside the visitor's next request.)"""
+    import dataclasses
+    import threading
+    import time
+
+    from racer.costcurve import CostCurve
+    from racer.race import quiet_levels
+    from racer_app.handlers import RACE_METHODS, Studio
+    from racer_app.models import ModelStore
+    from racer_app.session import Session
+    lm = make_lm()
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    lm.cost_curve = CostCurve(sizes, [64, 512], [[100.0] * len(sizes)] * 2, {"test": "generous"})
+    loaded = threading.Event()
+    store = ModelStore(loader=lambda spec: (loaded.wait(60), lm)[1])
+    store.start(background=True)
+    studio = Studio(store, dataclasses.replace(LIMITS, max_new_tokens=128))
+    order: list[str] = []
+    quiet, stream = studio._quiet_race, studio._race_stream
+    studio._quiet_race = lambda m: (order.append("quiet race"), quiet(m))[1]
+    studio._race_stream = lambda race, *a: (order.append(
+        "visitor" + (" with levels" if all(race.level(k) for k in RACE_METHODS) else "")), stream(race, *a))[1]
+    studio.warm_up_in_background()
+    deadline = time.monotonic() + 30
+    while studio.slots._free.qsize() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    frames: list[tuple] = []
+    visitor = threading.Thread(target=lambda: frames.extend(studio.race(Session(), 0, PROMPT, "", *settings(max_new=24))))
+    visitor.start()
+    time.sleep(0.3)            # the visitor's request is in, waiting
+    assert order == [] and "Waiting for the server's warm-up" in str(frames[-1][0])
+    loaded.set()
+    visitor.join(timeout=120)
+    assert order == ["quiet race", "visitor with levels"]
+    assert "Finished" in str(frames[-1][0])
+    assert all(quiet_levels(lm.cost_curve).level(m) for m in RACE_METHODS)
+
+
 def test_the_warm_up_makes_the_cold_rows_in_the_slot_and_a_race_replays_with_them(tmp_path, monkeypatch):
     """The warm-up's last job: the start-up model's cold rows (racer.coldrows), computed on the
     decode slot's thread a batch at a time; a race after it drafts with them and its trace replays."""

@@ -13,7 +13,7 @@ from racer.costcurve import CostCurve
 from racer.bench import BenchSettings, HFMethod, LoopMethod, Row, load_rows, run_benchmark, run_rows
 from racer.bench.__main__ import parse_args
 from racer.bench.runner import parse_capacity
-from racer.bench.data import DEFAULT_DATA
+from racer.bench.data import DEFAULT_DATA, read_rows
 from racer.bench.methods import Conversation, clip_lengths, clip_output, get_method
 from racer.bench.summary import compare_outputs, first_difference, next_logits
 from racer.drafters.base import Drafter
@@ -538,3 +538,20 @@ def test_sizer_variants_run_side_by_side(lm, tmp_path, monkeypatch):
     assert sum(convs["racer@auto-cal"].sizer.calibration.count.values()) > 0
     assert convs["racer@auto-nocal"].sizer.calibrate is False
     assert convs["racer@auto-nocal"].sizer.calibration.count == {}
+
+
+def test_a_rows_system_prompt_opens_every_turns_chat(lm):
+    rows, skipped = read_rows([json.dumps({"question_id": "s", "category": "chat", "system": "be brief",
+                                           "turns": ["a b c d", "again"]}),
+                               json.dumps({"question_id": "bad", "category": "chat", "system": 3, "turns": ["x"]})])
+    assert [r.system for r in rows] == ["be brief"] and skipped[0].reason == "system must be a string"
+    sent: list[list[dict]] = []
+
+    def recording(messages):
+        sent.append(messages)
+        return encode(messages)
+
+    run_rows(lm, rows, ["ar"], BenchSettings(**{**FAST, "warmup": 0}), encode=recording)
+    firsts = [m[0] for m in sent]
+    assert firsts and all(m == {"role": "system", "content": "be brief"} for m in firsts)
+    assert any(len(m) == 4 and m[2]["role"] == "assistant" for m in sent)   # turn 2: system, user, answer, user

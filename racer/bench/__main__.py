@@ -22,7 +22,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from ..cpu.linear import KERNELS
     p = argparse.ArgumentParser(prog="python -m racer.bench",
                                 description="Benchmark every decoding method (and transformers' generate) on a JSONL "
-                                            "of {question_id, category, turns}; writes results.jsonl, summary.json "
+                                            "of {question_id, category, turns[, system]}; writes results.jsonl, summary.json "
                                             "and report.md into --out (plots: python -m visuals.bench_figures OUT).")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="JSONL rows (default: the shipped assets/bench_prompts.jsonl)")
     p.add_argument("--limit", type=int, default=None, help="run only the first N rows (after --categories)")

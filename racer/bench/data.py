@@ -20,6 +20,13 @@ class Row:
     question_id: str
     category: str
     turns: list[str]
+    #: A system prompt before the first turn ("" for none; Spec-Bench has none).
+    system: str = ""
+
+    def messages(self, history: list[dict[str, str]], user: str) -> list[dict[str, str]]:
+        """The chat a turn sends: the system prompt (if any), the turns so far, then `user`."""
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + history + [{"role": "user", "content": user}]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,7 +69,10 @@ def parse_row(obj: Any) -> Row:
     for i, t in enumerate(turns):
         if not isinstance(t, str) or not t.strip():
             raise ValueError(f"turn {i + 1} is not a non-empty string")
-    return Row(str(qid), cat.strip(), list(turns))
+    system = obj.get("system") or ""
+    if not isinstance(system, str):
+        raise ValueError("system must be a string")
+    return Row(str(qid), cat.strip(), list(turns), system.strip())
 
 
 def read_rows(lines: Iterable[str]) -> tuple[list[Row], list[Skipped]]:
@@ -122,7 +132,7 @@ def select_rows(rows: list[Row], categories: Iterable[str] | None = None, limit:
     if limit is not None:
         rows = rows[: max(0, limit)]
     if turns == "first":
-        rows = [Row(r.question_id, r.category, r.turns[:1]) for r in rows]
+        rows = [Row(r.question_id, r.category, r.turns[:1], r.system) for r in rows]
     return rows
 
 

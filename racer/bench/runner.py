@@ -171,7 +171,7 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
     plan: list[tuple[Row, list[int]]] = []
     for row in rows:
         try:
-            ids = list(encode([{"role": "user", "content": row.turns[0]}]))
+            ids = list(encode(row.messages([], row.turns[0])))
         except Exception as e:  # noqa: BLE001 - a row that cannot be encoded is reported, not fatal
             skipped.append(Skipped(row.question_id, f"could not build the prompt: {e}", category=row.category))
             continue
@@ -234,7 +234,7 @@ def run_rows(lm: LoadedModel, rows: Sequence[Row], methods: Sequence[str | Bench
                 msg = {"role": "user", "content": user}
                 prompts: dict[str, list[int]] = {}
                 for m in alive:
-                    prompts[m.name] = ids1 if turn == 1 else list(encode(history[m.name] + [msg]))
+                    prompts[m.name] = ids1 if turn == 1 else list(encode(row.messages(history[m.name], user)))
                 long = {k: len(v) for k, v in prompts.items() if len(v) > limit_ctx}
                 if long:
                     # Every method skips this turn (and the rest of the conversation): same questions for all.
