@@ -936,17 +936,19 @@ class Studio:
 
     def warm_up_in_background(self) -> None:
         """After the start-up model loads: measure this machine's cost curve if trees are sized
-        automatically (once per machine, cached on disk), then make the explainer's preset run
-        and a short race nobody watches (`_quiet_race`), so none of it waits for the first
-        visitor, and last the model's cold rows. The status line says what is going on; the
-        server's log says when it is done.
+        automatically (once per machine, cached on disk), load the model's cold rows if they are
+        cached, then make the explainer's preset run and a short race nobody watches
+        (`_quiet_race`), so none of it waits for the first visitor, and last compute the cold
+        rows if they were not cached. The status line says what is going on; the server's log
+        says when it is done.
 
         The decode slot is taken before the model has loaded and held until the quiet race ends,
         so a visitor's first race always runs after all of it: once a visitor's race could take
         the slot between two of these jobs (whoever asked first when the model was ready got it),
         and then it ran before the quiet race had taught the clock, and the quiet race after it,
         beside whatever the visitor did next. The cold rows take longest (once per model, cached
-        on disk) and go a batch at a time, so a visitor waits for one batch, not for all."""
+        on disk) and, when not cached, go a batch at a time after it, so a visitor waits for one
+        batch, not for all."""
         def work() -> None:
             t0 = time.perf_counter()
             try:
@@ -958,6 +960,12 @@ class Studio:
                     if uses_auto(self.defaults) and lm.cost_curve is None:
                         self.warming = "measuring this machine's cost curve (once; it is cached on disk)"
                         slot.call(make_sizer, lm)
+                    # Cold rows cached on disk load here, so the preset and the quiet race draft
+                    # as a visitor's race will, and nothing of the warm-up runs beside one.
+                    try:
+                        slot.call(get_cold_rows, lm, None, None, False)
+                    except Exception:  # noqa: BLE001 - computed (or reported) after the quiet race
+                        log.error("cached cold rows unreadable: %s", traceback.format_exc())
                     self.warming = "preparing the How it works example"
                     self._preset_made(lm, slot.call)
                     if lm.cost_curve is not None:

@@ -487,6 +487,35 @@ def test_a_race_sent_while_the_model_loads_runs_after_the_warm_up_and_its_quiet_
     assert all(quiet_levels(lm.cost_curve).level(m) for m in RACE_METHODS)
 
 
+def test_cold_rows_cached_on_disk_load_before_the_warm_ups_quiet_race(tmp_path, monkeypatch):
+    """Rows this machine already made load inside the warm-up's hold on the slot, before its
+    preset and quiet race, so those draft as a visitor's race will; nothing is computed."""
+    import dataclasses
+    import time
+
+    from racer.coldrows import get_cold_rows
+    from racer.costcurve import CostCurve
+    from racer_app.handlers import Studio
+    from racer_app.models import ModelStore
+    monkeypatch.setenv("RACER_CACHE", str(tmp_path))
+    lm = make_lm()
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    lm.cost_curve = CostCurve(sizes, [64, 512], [[100.0] * len(sizes)] * 2, {"test": "generous"})
+    get_cold_rows(lm)
+    lm.cold_rows = None                       # on disk, not in memory: as after a restart
+    studio = Studio(ModelStore(lm), dataclasses.replace(LIMITS, max_new_tokens=128))
+    raced, computed = [], []
+    quiet = studio._quiet_race
+    studio._quiet_race = lambda m: raced.append(quiet(m)) or raced[-1]
+    studio._between_visitors = computed.append
+    studio.warm_up_in_background()
+    deadline = time.monotonic() + 120
+    while studio.warming is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lm.cold_rows is not None and computed == []
+    assert raced and raced[0].lanes["racer"].run.start.cold_rows
+
+
 def test_the_warm_up_makes_the_cold_rows_in_the_slot_and_a_race_replays_with_them(tmp_path, monkeypatch):
     """The warm-up's last job: the start-up model's cold rows (racer.coldrows), computed on the
     decode slot's thread a batch at a time; a race after it drafts with them and its trace replays."""
