@@ -963,7 +963,7 @@ class Studio:
                     # Cold rows cached on disk load here, so the preset and the quiet race draft
                     # as a visitor's race will, and nothing of the warm-up runs beside one.
                     try:
-                        slot.call(get_cold_rows, lm, None, None, False)
+                        slot.call(functools.partial(get_cold_rows, lm, make=False))
                     except Exception:  # noqa: BLE001 - computed (or reported) after the quiet race
                         log.error("cached cold rows unreadable: %s", traceback.format_exc())
                     self.warming = "preparing the How it works example"

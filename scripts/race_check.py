@@ -122,13 +122,10 @@ def bench_worker() -> int:
     """The worker's side: one JSON request per stdin line, one JSON answer per stdout line."""
     sys.path.insert(0, str(ROOT))
     from racer.bench import BenchSettings, Row, run_rows
-    from racer.coldrows import get_cold_rows
-    from racer.costcurve import get_cost_curve
     from racer.models import load_model
     # The dtype and device the app's server takes (RACER_DTYPE, RACER_DEVICE), so both run alike.
+    # Its cost curve and cold rows come with the first bench (run_rows makes them, untimed).
     lm = load_model(device=os.environ.get("RACER_DEVICE", "auto"), dtype=os.environ.get("RACER_DTYPE", "auto"))
-    get_cost_curve(lm)
-    get_cold_rows(lm)
     quiet = open(os.devnull, "w")
     for line in sys.stdin:
         req = json.loads(line)
@@ -353,9 +350,14 @@ def main() -> int:
     proc, url = start_app()
     modes = args.modes.split(",")
     api = lambda: api_race(url, prompt, system, args.max_new_tokens)  # noqa: E731
+
+    def first_race() -> dict[str, Any]:
+        r = api()
+        wait_for_warm_up()   # what the warm-up leaves after this race ends before the bench runs
+        return r
     try:
         # Sent at once, so it waits for the server's warm-up: the first race a visitor can run.
-        series("first", 1, lambda: (r := api(), wait_for_warm_up())[0], before=first_before)
+        series("first", 1, first_race, before=first_before)
         if "api" in modes:
             series("api", args.races, api)
         for mode in ("inspector", "browser"):
