@@ -209,7 +209,11 @@ def merge_stage(state: StepState, draft: Draft, sized: DraftTree, kept: list[int
     if plan is not None:
         out.update({"p_accept": [round(p, 4) for p in plan.probs], "expected_by_size": plan.expected_by_size,
                     "cost_ms": plan.costs, "rates": plan.rates, "expected": plan.expected, "explore": plan.explore,
-                    "overhead_ms": state.sizer.overhead_ms if state.sizer is not None else 0.0})
+                    "overhead_ms": state.sizer.overhead_ms if state.sizer is not None else 0.0,
+                    # What the acceptance buckets knew of the steps before: the last step's accepted
+                    # length and how sure the model was of x0 (racer.sizing's burst and conf buckets).
+                    "burst": state.sizer.burst if state.sizer is not None else 0,
+                    "conf": state.sizer.conf if state.sizer is not None else -1})
     return out
 
 

@@ -263,7 +263,7 @@ class DecodeRun:
                 timings["picture_ms"] = picture_ms
             if self.sizer is not None:
                 timings["sizing_ms"] = (t1 - ta) * 1e3
-                self.sizer.observe(tree, path, timings)
+                self.sizer.observe(tree, path, timings, topk_p=node_p)
             for k, v in timings.items():
                 totals[k] = totals.get(k, 0.0) + v
             info = dict(tree.info)

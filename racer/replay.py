@@ -136,4 +136,4 @@ def advance(drafter: Drafter, sizer: Sizer | None, rec: StepRecord, context: lis
     drafter.observe(Verified(tree, rec.topk, list(rec.accepted), list(rec.committed),
                              -1 if rec.next_root is None else rec.next_root, context, rec.topk_p))
     if sizer is not None:
-        sizer.observe(tree, rec.verified_path or list(rec.accepted), rec.timings)
+        sizer.observe(tree, rec.verified_path or list(rec.accepted), rec.timings, topk_p=rec.topk_p)

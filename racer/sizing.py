@@ -3,8 +3,9 @@ tokens per second, (1 + sum of P(node accepted)) / (t(T) + overhead).
 
 P(node accepted) = product along its path of q = P(accepted | parent accepted), learned
 online per session from what verification accepted, in buckets of what is known when
-drafting (source, depth, rank, a lookup chain's match run, retrieval frequency share, border
-depth), backed off to a coarser bucket and to priors while data is scarce.
+drafting (source, depth, rank, a lookup chain's match run, the previous step's accepted length,
+the model's confidence in the root, retrieval frequency share, border depth), backed off to a
+coarser bucket and to priors while data is scarce.
 
 Because P only falls along a path, the best ancestor-closed subset of size k is simply the k
 nodes of highest P (ancestors first on ties), so sizing is a sort and a prefix sum.
@@ -46,6 +47,25 @@ _COLD_PRIOR = (0.18, 0.08, 0.05, 0.04, 0.03)
 NEGLIGIBLE = 1e-3
 
 
+#: Buckets (upper edges) of the model's confidence in the root: its top-1 probability at the node
+#: whose prediction the root is. Predictability comes in stretches, so a confident root says the
+#: drafts below it are likelier to hold. Measured on Spec-Bench (2 per category, 256 tokens,
+#: bfloat16, 2,155 steps), the pool's accepted draft tokens per step rose from 1.3 below 0.3 to
+#: 4.0 above 0.99, and within one bucket of the previous step's accepted length by up to 6x
+#: (docs/PERFORMANCE.md §4.1, "The root's confidence").
+_CONF_EDGES = (0.3, 0.6, 0.9)
+
+
+def conf_bucket(p: float | None) -> int:
+    """0..3 by the model's top-1 probability where it fixed the root; -1 when unknown."""
+    if p is None or not p >= 0:
+        return -1
+    for b, edge in enumerate(_CONF_EDGES):
+        if p < edge:
+            return b
+    return len(_CONF_EDGES)
+
+
 def p_bucket(p: float | None) -> int:
     """0..4 by a copy-logit entry's probability; -1 when unknown."""
     if p is None or p < 0:
@@ -80,15 +100,17 @@ class AcceptanceModel:
     """Beta-style counts per bucket with back-off: each bucket's estimate shrinks towards its
     coarser parent's, the coarsest towards the prior. Buckets, coarse to fine: (source, depth,
     rank, the chain's match run); + burst, the bucketed accepted length of the previous step
-    (acceptance comes in runs: copying stretches and free text) and the bucketed probability
-    of a copy-logit entry in its row; + retrieval frequency share and border depth."""
+    (acceptance comes in runs: copying stretches and free text), the bucketed probability
+    of a copy-logit entry in its row and the bucketed confidence of the model in the root
+    (`conf_bucket`, -1 when not used); + retrieval frequency share and border depth."""
     #: Pseudo-counts of each level's parent estimate, coarse to fine.
     weights: tuple[float, ...] = (4.0, 4.0, 4.0)
     counts: dict[tuple, list[float]] = field(default_factory=dict)
     #: Tell prompt-lookup chain nodes apart by how far their match agrees backwards.
     match_run: bool = True
 
-    def features(self, tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0) -> tuple[tuple, ...]:
+    def features(self, tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0,
+                 conf: int = -1) -> tuple[tuple, ...]:
         """Bucket keys from coarse to fine; each refines the one before it."""
         src = tree.sources[node]
         meta = tree.meta[node] if tree.meta else {}
@@ -105,7 +127,7 @@ class AcceptanceModel:
             share_b = min(int(4 * freq / total), 3)
             bd_b = min(int(meta.get("border_depth", 0)), 8) // 2
         coarse = (src, depth, rank, run_bucket(meta.get("run")) if self.match_run else -1)
-        mid = coarse + (burst, p_bucket(meta.get("p_row")))
+        mid = coarse + (burst, p_bucket(meta.get("p_row")), conf)
         return coarse, mid, mid + (share_b, bd_b)
 
     def _sibling_freq(self, tree: DraftTree) -> dict[int, int]:
@@ -125,7 +147,7 @@ class AcceptanceModel:
             q = (a + weight * q) / (n + weight)
         return q
 
-    def estimate(self, tree: DraftTree, burst: int = 0) -> list[float]:
+    def estimate(self, tree: DraftTree, burst: int = 0, conf: int = -1) -> list[float]:
         """P(node accepted) for every node (root = 1). Below a node whose P is under `NEGLIGIBLE`
         the descendants get 0 without being looked at (P only falls along a path): on a CPU they
         never pay for their place, and the deep copy-logit nodes that fill most of a pool are such."""
@@ -134,10 +156,10 @@ class AcceptanceModel:
         parents = tree.parents
         for i in range(1, len(tree)):
             up = p[parents[i]]
-            p[i] = up * self._q(self.features(tree, i, sib, burst)) if up >= NEGLIGIBLE else 0.0
+            p[i] = up * self._q(self.features(tree, i, sib, burst, conf)) if up >= NEGLIGIBLE else 0.0
         return p
 
-    def update(self, tree: DraftTree, accepted: list[int], burst: int = 0) -> None:
+    def update(self, tree: DraftTree, accepted: list[int], burst: int = 0, conf: int = -1) -> None:
         """Every child of an accepted node was tried; it succeeded if it is on the path."""
         on_path = set(accepted)
         sib = self._sibling_freq(tree)
@@ -145,7 +167,7 @@ class AcceptanceModel:
             if tree.parents[i] not in on_path:
                 continue
             hit = 1.0 if i in on_path else 0.0
-            for key in self.features(tree, i, sib, burst):
+            for key in self.features(tree, i, sib, burst, conf):
                 c = self.counts.setdefault(key, [0.0, 0.0])
                 c[0] += hit
                 c[1] += 1.0
@@ -306,7 +328,8 @@ class Sizer:
     `calibrate`) the calibration of the cost curve against this decoding's own forwards."""
 
     def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True,
-                 skip_disturbed: bool = True, calibrate: bool = CALIBRATE, match_run: bool = True) -> None:
+                 skip_disturbed: bool = True, calibrate: bool = CALIBRATE, match_run: bool = True,
+                 confidence: bool = True) -> None:
         """`skip_disturbed`: learn the calibration and the overhead only from steps whose forward
         was not `disturbed`. Without it a busy machine shrinks the trees (beside a busy-loop
         process on one of two cores, "Extract to JSON" drafted 4.7-5.2 nodes a step instead of
@@ -315,11 +338,15 @@ class Sizer:
         (docs/PERFORMANCE.md, "The race's clock").
         `calibrate`: scale the curve by this decoding's own forwards (`ForwardCalibration`).
         `match_run`: learn and judge a prompt-lookup chain by how far its match agrees backwards
-        (`run_bucket`); off, every chain node of a depth and rank shares one estimate."""
+        (`run_bucket`); off, every chain node of a depth and rank shares one estimate.
+        `confidence`: learn and judge every node by the model's confidence in the root
+        (`conf_bucket`: the top-1 probability where the last forward fixed it, which `observe`
+        reads from the step's top-k probabilities); off, or where the step has none, one bucket."""
         self.curve = curve
         #: The arguments besides the curve, so a replay makes the same sizer (racer.replay).
         self.settings = {"max_size": max_size, "pool_factor": pool_factor, "burst": burst,
-                         "skip_disturbed": skip_disturbed, "calibrate": calibrate, "match_run": match_run}
+                         "skip_disturbed": skip_disturbed, "calibrate": calibrate, "match_run": match_run,
+                         "confidence": confidence}
         self.skip_disturbed, self.calibrate = skip_disturbed, calibrate
         self.max_size = max_size or max(curve.sizes)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
@@ -333,13 +360,15 @@ class Sizer:
         self._idle = 0
         self.use_burst = burst
         self.burst = 0  # bucket of the previous step's accepted draft length
+        self.use_confidence = confidence
+        self.conf = -1  # bucket of the model's confidence in the next root (-1: unknown)
         self.calibration = ForwardCalibration()
         self._predicted: tuple[int, float] | None = None
 
     def plan(self, tree: DraftTree, context_len: int) -> SizePlan:
         """What `size` would keep of `tree` now, and why; changes nothing (the step inspector
         asks it about trees the run never drafted)."""
-        probs = self.model.estimate(tree, self.burst)
+        probs = self.model.estimate(tree, self.burst, self.conf)
         # Every size sizing may choose, exploration's included.
         n = min(len(tree), max(self.max_size, self.explore_nodes + 1))
         curve = self.curve.ts(n, context_len)
@@ -364,17 +393,23 @@ class Sizer:
         out = prune(tree, plan.keep, plan.probs)
         self._predicted = (len(plan.keep), plan.curve_ms)
         out.info.update({"chosen_T": len(plan.keep), "candidates": len(tree), "expected_accept": round(plan.expected, 4),
-                         "explore": plan.explore, "burst": self.burst,
+                         "explore": plan.explore, "burst": self.burst, "conf": self.conf,
                          "rates": [round(r * 1e3, 3) for r in plan.rates],
                          "expected_by_size": [round(e, 4) for e in plan.expected_by_size],
                          # The forward ms sizing assumed (the curve after calibration), per size.
                          "cost_ms": [round(c, 2) for c in plan.costs]})
         return out
 
-    def observe(self, tree: DraftTree, accepted: list[int], timings: dict[str, float]) -> None:
-        self.model.update(tree, accepted, self.burst)
+    def observe(self, tree: DraftTree, accepted: list[int], timings: dict[str, float],
+                topk_p: Any = None) -> None:
+        """Learn from a verified step: `accepted` is its whole accepted path (before any commit
+        limit), `topk_p` the model's top-k probabilities at its nodes (None: not known)."""
+        self.model.update(tree, accepted, self.burst, self.conf)
         if self.use_burst:
             self.burst = burst_bucket(len(accepted) - 1)
+        if self.use_confidence:
+            # The next root is the model's choice at the last accepted node.
+            self.conf = conf_bucket(float(topk_p[accepted[-1]][0])) if topk_p is not None and len(topk_p) else -1
         predicted, self._predicted = self._predicted, None
         sized = predicted is not None and "forward_ms" in timings and predicted[0] == len(tree)
         if self.skip_disturbed and sized and disturbed(timings["forward_ms"], predicted[1]):

@@ -111,6 +111,10 @@ def logits_md(a: dict[str, Any], decode: Decode, layer: int | None = None) -> st
             + shown)
 
 
+#: racer.sizing.conf_bucket's buckets in words.
+CONF_WORDS = {0: "under 30 %", 1: "30–60 %", 2: "60–90 %", 3: "90 % or more"}
+
+
 def merge_md(a: dict[str, Any], decode: Decode) -> str:
     m = a["merge"]
     ch = m["chain"]
@@ -133,8 +137,11 @@ def merge_md(a: dict[str, Any], decode: Decode) -> str:
         T = m["chosen_T"]
         e = m["expected_by_size"][T - 1] if T - 1 < len(m["expected_by_size"]) else m["expected"]
         ms = m["cost_ms"][T - 1] + m.get("overhead_ms", 0.0) if T - 1 < len(m["cost_ms"]) else None
+        conf = CONF_WORDS.get(m.get("conf", -1))
         parts.append(f"The {term('sizer')} estimates for each how likely the model is to accept it (learned from the "
-                     f"steps so far) and keeps the **{T} nodes** (root included) where expected tokens per second "
+                     f"steps so far, by source, depth and rank"
+                     + (f", and by how sure the model was of x0: {conf} here" if conf else "")
+                     + f") and keeps the **{T} nodes** (root included) where expected tokens per second "
                      f"peak on this machine's {term('cost curve')}: **E = {e:.2f} tokens** per step"
                      + (f" for about {ms:.0f} ms" if ms else "") + "."
                      + (" (Kept to explore: nothing looked likely, and every 16th such step tries a few to "

@@ -30,7 +30,8 @@ from .session import Trace
 FORMAT = "racer-studio-trace"
 #: 2: the sizer settings `skip_disturbed` and `calibrate` (version 1 sizers calibrated, disturbed or not).
 #: 3: the sizer setting `match_run` (earlier sizers judged every chain node alike).
-VERSION = 3
+#: 4: the sizer setting `confidence` (earlier sizers did not judge nodes by the model's confidence in the root).
+VERSION = 4
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
 
@@ -128,11 +129,12 @@ def _check_replay_settings(drafter: Any, sizer: Any) -> None:
     if sizer is None:
         return
     if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst", "skip_disturbed", "calibrate",
-                                                           "match_run"}:
+                                                           "match_run", "confidence"}:
         raise TraceFileError("the trace's sizer settings are not valid")
     ms, pf = sizer.get("max_size"), sizer.get("pool_factor", 2)
     if (ms is not None and not (isinstance(ms, int) and 1 <= ms <= 1024)) or not (isinstance(pf, int) and 1 <= pf <= 8) \
-            or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate", "match_run")):
+            or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate", "match_run",
+                                                                                  "confidence")):
         raise TraceFileError("the trace's sizer settings are out of range")
 
 
@@ -164,6 +166,8 @@ def trace_from_dict(d: Any) -> Trace:
             sizer = {**sizer, "skip_disturbed": False, "calibrate": True}
         if sizer is not None and version < 3:
             sizer = {**sizer, "match_run": False}
+        if sizer is not None and version < 4:
+            sizer = {**sizer, "confidence": False}
         turns = None
         raw_turns = d.get("turns") or []
         if raw_turns:

@@ -75,6 +75,8 @@ def test_stages_agree_with_the_recorded_step(recorded):
                 assert rec.tree.tokens[j] == pool["tokens"][i]
         for c in a["retrieval"]["candidates"]:
             assert c["kept"] == (c["node"] >= 0 and kept[c["node"]] >= 0)
+        # the buckets sizing judged it by: the recorded tree says which
+        assert (a["merge"]["burst"], a["merge"]["conf"]) == (rec.tree.info["burst"], rec.tree.info["conf"])
         # 3: no node grows more children than its breadth; x0's row is read first
         lg = a["logits"]
         for i, n in enumerate(lg["nodes"]):

@@ -301,11 +301,11 @@ def test_a_busy_machine_does_not_change_what_a_sized_lane_drafts(lm):
         # disturbed ones could change its choices.
         observe = sizer.observe
 
-        def steady(tree, accepted, timings):
+        def steady(tree, accepted, timings, **kw):
             if timings.get("forward_ms", 0.0) < SLEEP_S * 1e3:
                 # The overhead stays at its starting 1 ms, the calibration at 1.
                 timings = {"forward_ms": curve.t(len(tree), 64), "draft_ms": 1.0}
-            observe(tree, accepted, timings)
+            observe(tree, accepted, timings, **kw)
         sizer.observe = steady
         restore = sleepy(lm, every=sleep_every) if sleep_every else (lambda: None)
         try:

@@ -7,7 +7,7 @@ import pytest
 from racer import DecodeConfig, decode, make_drafter
 from racer.costcurve import PREFILL_TOKENS, CostCurve, get_cost_curve
 from racer import sizing
-from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, p_bucket, prune
+from racer.sizing import AcceptanceModel, Sizer, burst_bucket, choose_size, conf_bucket, p_bucket, prune
 from racer.tree import DraftTree
 from racer.tiny import tiny_lm
 
@@ -100,6 +100,41 @@ def test_sizer_tracks_the_burst():
     s.observe(sized, [0, 1, 2], {"forward_ms": 10.0})
     assert s.size(tree, 100).info["burst"] == burst_bucket(2)
     assert Sizer(flat, burst=False).burst == 0
+
+
+def test_acceptance_depends_on_the_models_confidence_in_the_root():
+    # The same node after the same burst is accepted below a confident root and rejected below
+    # an unsure one: the confidence bucket tells them apart; an unseen one falls back to the mix.
+    tree = DraftTree.root_only(0)
+    a = tree.add(0, 1, "lookup", 0)
+    m = AcceptanceModel()
+    for _ in range(40):
+        m.update(tree, [0, a], burst=1, conf=3)
+        m.update(tree, [0], burst=1, conf=0)
+    sure, unsure, unseen = (m.estimate(tree, 1, c)[a] for c in (3, 0, 1))
+    assert sure > 0.8 and unsure < 0.2 and unsure < unseen < sure
+    assert [conf_bucket(p) for p in (None, float("nan"), 0.0, 0.29, 0.3, 0.6, 0.89, 0.9, 1.0)] == \
+        [-1, -1, 0, 0, 1, 2, 2, 3, 3]
+
+
+def test_sizer_reads_the_confidence_at_the_last_accepted_node():
+    flat = CostCurve([1, 2, 4, 8], [100], [[10.0, 10.5, 11.0, 12.0]], {}, "")
+    tree = DraftTree.root_only(0)
+    a = tree.add(0, 1, "lookup", 0)
+    tree.add(a, 2, "lookup", 0)
+    topk_p = np.array([[0.2, 0.1], [0.95, 0.01], [0.5, 0.3]], dtype=np.float32)
+    s = Sizer(flat)
+    sized = s.size(tree, 100)
+    assert sized.info["conf"] == -1                          # nothing known before the first step
+    s.observe(sized, [0, 1], {"forward_ms": 10.0}, topk_p=topk_p)
+    assert s.size(tree, 100).info["conf"] == conf_bucket(0.95) == 3   # node 1 fixed the next root
+    s.observe(sized, [0, 1, 2], {"forward_ms": 10.0}, topk_p=topk_p)
+    assert s.conf == conf_bucket(0.5)
+    s.observe(sized, [0], {"forward_ms": 10.0})              # a step without probabilities
+    assert s.conf == -1
+    off = Sizer(flat, confidence=False)
+    off.observe(off.size(tree, 100), [0, 1], {"forward_ms": 10.0}, topk_p=topk_p)
+    assert off.conf == -1 and off.settings["confidence"] is False
 
 
 def test_cost_curve_interpolates():

@@ -33,8 +33,8 @@ class SteadySizer(Sizer):
     """Learns from fixed timings: sizing reacts to the clock, and the tests want the same trees
     on every machine (the replay uses the same class, so it reproduces the run)."""
 
-    def observe(self, tree, accepted, timings):
-        super().observe(tree, accepted, {"forward_ms": 12.0, "draft_ms": 1.0})
+    def observe(self, tree, accepted, timings, **kw):
+        super().observe(tree, accepted, {"forward_ms": 12.0, "draft_ms": 1.0}, **kw)
 
 
 @pytest.fixture(scope="module")

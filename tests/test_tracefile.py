@@ -119,7 +119,7 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
             calls[0] += 1
             return 33.0 if calls[0] % 3 == 0 else 11.0
     monkeypatch.setattr(loop, "_ForwardClock", ScriptedClock)
-    sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True, match_run=False)
+    sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True, match_run=False, confidence=False)
     run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=60), sizer=sizer)
     steps = list(run)
     tok = TinyTokenizer(V)
@@ -128,13 +128,13 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
                 cost_curve=CURVE, turns=[Turn(run.start, steps)],
                 drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
     d = json.loads(tracefile.save(old, tmp_path / "v3.json").read_text())
-    assert d["version"] == tracefile.VERSION == 3
+    assert d["version"] == tracefile.VERSION == 4
     d["version"] = 1
-    del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"], d["sizer"]["match_run"]
+    del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"], d["sizer"]["match_run"], d["sizer"]["confidence"]
     (tmp_path / "v1.json").write_text(json.dumps(d))
     back = tracefile.load(tmp_path / "v1.json")
     assert back.sizer["skip_disturbed"] is False and back.sizer["calibrate"] is True
-    assert back.sizer["match_run"] is False
+    assert back.sizer["match_run"] is False and back.sizer["confidence"] is False
     rep = back.replay()
     for k in range(back.n):
         rep.before(k)                    # ReplayError if the sizer chose other trees

@@ -76,8 +76,8 @@ def steady_sizer(curve: Any) -> Any:
     from racer.sizing import Sizer
 
     class SteadySizer(Sizer):
-        def observe(self, tree: Any, accepted: list[int], timings: dict[str, float]) -> None:
-            super().observe(tree, accepted, {"forward_ms": 12.0, "draft_ms": 1.0})
+        def observe(self, tree: Any, accepted: list[int], timings: dict[str, float], **kw: Any) -> None:
+            super().observe(tree, accepted, {"forward_ms": 12.0, "draft_ms": 1.0}, **kw)
 
     return SteadySizer(curve)
 

@@ -317,14 +317,14 @@ class HFConversation(Conversation):
 
 
 SIZER_VARIANTS: dict[str, dict[str, Any]] = {"auto-cal": {"calibrate": True}, "auto-nocal": {"calibrate": False},
-                                              "auto-norun": {"match_run": False}}
+                                              "auto-norun": {"match_run": False}, "auto-noconf": {"confidence": False}}
 
 
 def get_method(spec: str | BenchMethod) -> BenchMethod:
     """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is. A loop
     method may fix its own capacity: `racer@8`, `tr@auto`, and its sizer's calibration:
     `racer@auto-cal`, `racer@auto-nocal` (an A/B of `Sizer(calibrate=...)` in one run), and
-    `racer@auto-norun` (`Sizer(match_run=False)`)."""
+    `racer@auto-norun` (`Sizer(match_run=False)`), `racer@auto-noconf` (`Sizer(confidence=False)`)."""
     if isinstance(spec, BenchMethod):
         return spec
     if "@" in spec:
