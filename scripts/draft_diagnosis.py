@@ -14,7 +14,9 @@ Columns (mean accepted draft tokens per step, the root not counted):
              tokens, 10 tokens;   recent-2/10  the same with the most recent match.
 Also: the learned acceptance of chain nodes (q, given the parent was accepted) by depth and by
 match run, pooled over the runs, how often the chain alone would have accepted more than the sized
-tree, and how many steps had nothing to draft at all.
+tree, how many steps had nothing to draft at all, and the same columns by the model's confidence in
+the root (its top-1 probability where the previous forward fixed it) and the previous step's
+accepted length: the two step features tree sizing buckets by (racer.sizing).
 """
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ def main() -> int:
     from racer.costcurve import get_cost_curve
     from racer.loop import DecodeRun
     from racer.prompting import common_prefix
-    from racer.sizing import Sizer
+    from racer.sizing import Sizer, burst_bucket, conf_bucket
 
     class PoolSizer(Sizer):
         """Keeps the candidate pool of the step it sizes."""
@@ -87,6 +89,7 @@ def main() -> int:
     by_cat: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     q_chain: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     q_run: dict[tuple[int, int], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    by_step: dict[tuple[int, int], dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     lost = lost_tokens = 0
     empty = 0             # steps whose pool held the root alone: no source had anything to propose
     tokens = forwards = 0
@@ -97,11 +100,16 @@ def main() -> int:
         run = DecodeRun(lm, ids, make_drafter("racer", vocab_size=lm.vocab_size),
                         DecodeConfig(max_new_tokens=args.max_new_tokens, capacity="auto"), sizer=sizer)
         steps = []
+        before = (-1, -1)   # (burst, confidence) buckets of the step before; -1: the first step
         for rec in run:
             if rec.forwarded:
                 p = sizer.pool
                 steps.append((rec, list(p.tokens), list(p.parents), list(p.sources),
-                              [bool(p.meta[i].get("lookup")) or p.sources[i] == "lookup" for i in range(len(p))]))
+                              [bool(p.meta[i].get("lookup")) or p.sources[i] == "lookup" for i in range(len(p))],
+                              before))
+                path = rec.verified_path or rec.accepted
+                before = (burst_bucket(len(path) - 1),
+                          conf_bucket(float(rec.topk_p[path[-1]][0]) if rec.topk_p is not None else None))
         assert run.result is not None
         full = ids + run.result.token_ids
         tokens += len(run.result.token_ids)
@@ -109,7 +117,7 @@ def main() -> int:
         for rec, *_ in steps:
             cost += curve.t(len(rec.tree), rec.context_len)
         cost_ar += sum(curve.t(1, len(ids) + k) for k in range(len(run.result.token_ids)))
-        for rec, tok, par, src, chain in steps:
+        for rec, tok, par, src, chain, before in steps:
             empty += len(tok) == 1
             cont, seq = full[rec.context_len + 1:], full[:rec.context_len + 1]
             c = by_cat[row.category]
@@ -121,6 +129,9 @@ def main() -> int:
             c["chain"].append(accepted_length(tok, par, chain, cont))
             c["hf-pld"].append(common_prefix(lookup_chain(seq, 2, 10, True), cont))
             c["recent-2/10"].append(common_prefix(lookup_chain(seq, 2, 10, False), cont))
+            if before[0] >= 0:
+                for k in ("T", "kept", "pool", "chain"):
+                    by_step[before][k].append(c[k][-1])
             if c["chain"][-1] > kept:
                 lost += 1
                 lost_tokens += c["chain"][-1] - kept
@@ -149,6 +160,13 @@ def main() -> int:
           f"{lost_tokens} draft tokens ({lost_tokens / max(1, sum(total['kept'])):.0%} of those accepted)")
     print(f"steps with nothing to draft (the root token seen nowhere before: no copy-logit row, no match): "
           f"{empty} of {len(total['kept'])}")
+    print("\nby the previous step's accepted draft tokens (burst 0: none, 1: one, 2: 2-3, 3: 4+) and the model's "
+          "confidence in the root (conf 0: top-1 probability under 0.3, 1: 0.3-0.6, 2: 0.6-0.9, 3: 0.9+):\n")
+    print("| burst | conf | steps | T | kept | pool | chain |\n|---|---|---|---|---|---|---|")
+    for (b, cf), c in sorted(by_step.items()):
+        print(f"| {b} | {cf} | {len(c['kept'])} | " + " | ".join(f"{statistics.mean(c[k]):.2f}"
+                                                          for k in ("T", "kept", "pool", "chain")) + " |")
+    print()
     print("chain nodes' learned q by depth (6 = 6 and deeper): " +
           ", ".join(f"d{d} {a / n:.2f} ({int(n)})" for d, (a, n) in sorted(q_chain.items()) if n))
     print("chain nodes' learned q by how far the match agrees backwards (run bucket 0: 1-2 tokens, 1: 3, "
