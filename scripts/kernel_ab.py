@@ -15,7 +15,6 @@ this build) and the final norm, so a change to those kernels cannot be compared 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import threading
 from pathlib import Path
@@ -25,21 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def other_build(checkout: Path):  # -> the other checkout's compiled kernels module
-    import torch
-    from torch.utils import cpp_extension
-
-    from racer.cpu import build
-
-    csrc = (checkout / "racer" / "cpu" / "csrc").resolve()
-    sources, headers = sorted(csrc.glob("*.cpp")), sorted(csrc.glob("*.h"))
-    source_tag = hashlib.sha1(b"".join(p.read_bytes() for p in sources + headers)).hexdigest()[:12]
-    # The key racer.cpu.build gives a checkout's build, so an existing one is reused.
-    tag = hashlib.sha1((source_tag + torch.__version__ + sys.version + str(csrc)).encode()).hexdigest()[:12]
-    folder = build._build_dir(tag)
-    folder.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(name=f"racer_tiled_{tag}", sources=[str(p) for p in sources], build_directory=str(folder),
-                              extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                              verbose=False)
+    from racer.cpu.build import compile_kernels
+    return compile_kernels(checkout / "racer" / "cpu" / "csrc")
 
 
 def main() -> int:

@@ -21,15 +21,14 @@ from ..paths import cache_root
 from .switches import ON
 
 _CSRC = Path(__file__).with_name("csrc")
-_SOURCES = sorted(_CSRC.glob("*.cpp"))
-_HEADERS = sorted(_CSRC.glob("*.h"))
 _lock = threading.Lock()
 _error: str | None = None
 
 
-def source_tag() -> str:
+def source_tag(csrc: Path = _CSRC) -> str:
     """A hash of the kernels' sources: a changed kernel gets its own build and cost curves."""
-    return hashlib.sha1(b"".join(p.read_bytes() for p in _SOURCES + _HEADERS)).hexdigest()[:12]
+    files = sorted(csrc.glob("*.cpp")) + sorted(csrc.glob("*.h"))
+    return hashlib.sha1(b"".join(p.read_bytes() for p in files)).hexdigest()[:12]
 
 
 def _build_dir(tag: str) -> Path:
@@ -51,23 +50,7 @@ def extension() -> Any:
         return None
     with _lock:
         try:
-            from torch.utils import cpp_extension
-
-            # The build records its sources' paths: each checkout gets its own folder, so two of them
-            # never rebuild over each other.
-            tag = hashlib.sha1((source_tag() + torch.__version__ + sys.version + str(_CSRC.resolve())).encode()
-                               ).hexdigest()[:12]
-            build = _build_dir(tag)
-            build.mkdir(parents=True, exist_ok=True)
-            # ninja may come from pip (requirements.txt), next to this interpreter, off PATH.
-            here = os.path.dirname(sys.executable)
-            if here not in os.environ.get("PATH", "").split(os.pathsep):
-                os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
-            if not any(build.glob("*.so")):
-                print("racer: building the CPU kernels (once per machine, about 50 s)", file=sys.stderr, flush=True)
-            ops = cpp_extension.load(
-                name=f"racer_tiled_{tag}", sources=[str(p) for p in _SOURCES], build_directory=str(build),
-                extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
+            ops = compile_kernels()
             # A build that loads but computes wrongly (a miscompiling toolchain) must not be used.
             x, w = torch.randn(5, 37), torch.randn(11, 37)
             if not torch.allclose(ops.tiled_linear(x, w, None), x @ w.T, atol=1e-4):
@@ -84,6 +67,29 @@ def extension() -> Any:
         except Exception as e:  # noqa: BLE001 - any build failure means: use PyTorch's kernels
             _error = f"{e.__class__.__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
             return None
+
+
+def compile_kernels(csrc: Path = _CSRC) -> Any:
+    """The kernels of the sources in `csrc`, built into the racer cache if not yet (no self-check:
+    `extension()` is what decoding uses; another checkout's `csrc` gives that checkout's build, which
+    scripts/kernel_ab.py times against this one's)."""
+    from torch.utils import cpp_extension
+
+    csrc = csrc.resolve()
+    # The build records its sources' paths: each checkout gets its own folder, so two of them
+    # never rebuild over each other.
+    tag = hashlib.sha1((source_tag(csrc) + torch.__version__ + sys.version + str(csrc)).encode()).hexdigest()[:12]
+    build = _build_dir(tag)
+    build.mkdir(parents=True, exist_ok=True)
+    # ninja may come from pip (requirements.txt), next to this interpreter, off PATH.
+    here = os.path.dirname(sys.executable)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+    if not any(build.glob("*.so")):
+        print("racer: building the CPU kernels (once per machine, about 50 s)", file=sys.stderr, flush=True)
+    return cpp_extension.load(
+        name=f"racer_tiled_{tag}", sources=[str(p) for p in sorted(csrc.glob("*.cpp"))], build_directory=str(build),
+        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)
 
 
 def unavailable_reason() -> str | None:
