@@ -6,6 +6,7 @@
 #
 #   scripts/benchmarks.sh                 # everything (about 3 hours on a 2-core CPU)
 #   scripts/benchmarks.sh micro smollm2   # some groups: micro, smollm2, sweep, gemma3
+#   scripts/benchmarks.sh float32         # on an AVX512-BF16 CPU also: SmolLM2 in float32 (not a default group)
 #   SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 scripts/benchmarks.sh smollm2   # a smaller Spec-Bench run (named specbench5)
 #
 # The runs the docs cite on a 2-core AVX2 CPU (float32 forwards cost about 3x the AVX512-BF16
@@ -71,6 +72,16 @@ if want sweep; then
   bench "smollm2-135m-shipped-sweep-$DT-$CPU-$DATE" --dtype "$DT" --data assets/bench_prompts.jsonl --per-category 1 \
     --methods ar,racer,racer-nochain,racer-ranks,racer@4,racer@8,racer@16,racer@32,racer@64,hf-pld --repeats 2 \
     --max-new-tokens 128
+fi
+
+if want float32 && [ "$CPU" = avx512bf16 ]; then
+  # float32 on an AVX512-BF16 CPU: the dtype and the AVX2 kernels an AVX2-only CPU runs, on this CPU
+  # (the same data as the AVX2 runs; not one of the default groups).
+  fresh_curve default float32
+  bench "smollm2-135m-specbench5-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category 5 --round-robin \
+    --methods ar,tr,racer,racer-nocold,hf-pld --max-new-tokens 128
+  bench "smollm2-135m-shipped-r3-float32-$CPU-$DATE" --dtype float32 --data assets/bench_prompts.jsonl --per-category 1 \
+    --methods ar,tr,racer,racer-nocold,hf-pld --repeats 3 --max-new-tokens 128
 fi
 
 if want gemma3; then
