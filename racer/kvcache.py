@@ -128,9 +128,6 @@ class GrowingCache(DynamicCache):
         """Move entries `past_len + path[j]` to `past_len + j` in every layer, in place, with racer's
         kernel (one call for all layers instead of two PyTorch ops per tensor); False, touching
         nothing, where it cannot run (a layer of another class or not on the CPU, no kernels)."""
-        ops = extension()
-        if ops is None or not hasattr(ops, "compact_rows"):
-            return False
         buffers = []
         for layer in self.layers:
             if type(layer) is not GrowingLayer:
@@ -140,6 +137,10 @@ class GrowingCache(DynamicCache):
             if layer._k.device.type != "cpu":
                 return False
             buffers += [layer._k, layer._v]
+        # Asked only for a CPU cache: on a GPU machine asking would build the CPU kernels (a minute).
+        ops = extension()
+        if ops is None or not hasattr(ops, "compact_rows"):
+            return False
         ops.compact_rows(buffers, int(past_len), [int(i) for i in path])
         return True
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from .collector import collector_paused
 from .costcurve import get_cost_curve
 from .cpu.rows import top_k
 from .drafters.base import Drafter, Verified
@@ -134,8 +135,20 @@ class DecodeRun:
             torch.cuda.synchronize(self.lm.device)
 
 
-    @torch.inference_mode()
     def __iter__(self) -> Iterator[StepRecord]:
+        # Each step (the prefill, every draft -> verify -> observe, the end's bookkeeping) runs
+        # with the collector held off, so no collection lands inside a forward; it runs between
+        # steps instead, and the hold never spans a yield the consumer may abandon.
+        steps = self._steps()
+        while True:
+            with collector_paused():
+                rec = next(steps, None)
+            if rec is None:
+                return
+            yield rec
+
+    @torch.inference_mode()
+    def _steps(self) -> Iterator[StepRecord]:
         lm, drafter, cfg = self.lm, self.drafter, self.cfg
         model, device = lm.model, lm.device
         sampling = cfg.sampling
@@ -311,10 +324,12 @@ def last_occurrences(context: list[int], new_from: int) -> list[int]:
 
 def decode(lm: LoadedModel, input_ids: list[int], drafter: Drafter, config: DecodeConfig | None = None,
            on_step: Callable[[StepRecord], Any] | None = None, **kwargs: Any) -> DecodeResult:
-    """Run to the end; `on_step` sees every step record."""
+    """Run to the end; `on_step` sees every step record. The collector stays held off for the
+    whole run (racer.collector), `on_step` included."""
     run = DecodeRun(lm, input_ids, drafter, config, **kwargs)
-    for rec in run:
-        if on_step is not None:
-            on_step(rec)
+    with collector_paused():
+        for rec in run:
+            if on_step is not None:
+                on_step(rec)
     assert run.result is not None
     return run.result

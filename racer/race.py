@@ -50,51 +50,20 @@ the other lanes ran. The lane's `tokens_per_s` uses the lane's own compute time.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import statistics
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from .collector import collector_paused
 from .costcurve import CostCurve
 from .drafters.base import Drafter
 from .loop import DecodeConfig, DecodeRun
 from .models import LoadedModel
 from .records import DecodeResult, StepRecord, mean_accepted
 from .sizing import disturbed
-
-_gc_lock = threading.Lock()
-_gc_holders = 0
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off for a timed step. The garbage a page makes
-    between steps (figures, frames) otherwise triggers a collection of the server's whole heap
-    inside the next step's forward, tens of ms on the lane that happens to run then; held off,
-    it runs at the next allocation after the step. Nested and thread-safe (two decodes at once
-    on a GPU server): the collector comes back when the last timed step ends, and only if it was
-    on before."""
-    global _gc_holders
-    with _gc_lock:
-        if _gc_holders == 0:
-            collector_paused.was_on = gc.isenabled()
-            gc.disable()
-        _gc_holders += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_holders -= 1
-            if _gc_holders == 0 and collector_paused.was_on:
-                gc.enable()
-
-
-collector_paused.was_on = True
-
 
 #: Below this share of disturbed forwards a race's page calls them hiccups, above it a busy machine.
 BUSY_SHARE = 0.05

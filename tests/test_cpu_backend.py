@@ -113,3 +113,24 @@ def test_no_compiled_kernels_at_all():
     none, reason, kernel, notes = json.loads(out.stdout)
     assert none and "RACER_CPU_KERNELS=0" in reason and kernel in ("packed", "small-batch")
     assert not any("RMSNorm" in n or "decoder-layer" in n for n in notes)
+
+
+def test_a_model_off_the_cpu_never_asks_for_the_kernels(monkeypatch):
+    """On a GPU machine the cost curve's cache key must not build the CPU kernels (a minute of the
+    GPU's time); "meta" stands in for the GPU here."""
+    from racer.kvcache import new_cache
+
+    lm = tiny_lm(vocab=32, kernel="stock")
+    model = lm.model.to("meta")
+
+    def built():
+        raise AssertionError("the CPU kernels were asked for")
+    monkeypatch.setattr(cpu, "extension", built)
+    monkeypatch.setattr("racer.kvcache.extension", built)
+    assert cpu.signature(model) == {"kernel": "stock", "layers": "module", "norm": "torch",
+                                    "step_attention": "torch", "rows": "torch"}
+    cache = new_cache(model)
+    k = torch.zeros(1, 2, 6, 4, device="meta")
+    for i in range(len(cache.layers)):
+        cache.layers[i].update(k, k)
+    assert cache.compact(2, [0, 2]) is False

@@ -28,6 +28,7 @@ from ..drafters import make_drafter
 from ..drafters.base import Drafter
 from ..costcurve import get_cost_curve
 from ..cpu.linear import kernel_of, use_kernel
+from ..collector import collector_paused
 from ..loop import DecodeConfig, DecodeRun
 from ..models import LoadedModel
 from ..prompting import common_prefix
@@ -180,13 +181,15 @@ class LoopConversation(Conversation):
         step_ms: dict[str, list[float]] = {p: [] for p in PHASES}
         elapsed: list[float] = []
         sizes: list[int] = []
-        for rec in run:
-            elapsed.append((time.perf_counter() - t0) * 1e3)
-            for p in PHASES:
-                step_ms[p].append(float(rec.timings.get(p + "_ms", 0.0)))
-            sizes.append(len(rec.tree) if rec.forwarded else 0)
-        _sync(lm)
-        wall = time.perf_counter() - t0
+        # Every method's timed run holds the collector off alike (racer.collector), generate() too.
+        with collector_paused():
+            for rec in run:
+                elapsed.append((time.perf_counter() - t0) * 1e3)
+                for p in PHASES:
+                    step_ms[p].append(float(rec.timings.get(p + "_ms", 0.0)))
+                sizes.append(len(rec.tree) if rec.forwarded else 0)
+            _sync(lm)
+            wall = time.perf_counter() - t0
         res = run.result
         assert res is not None
         self.fed = list(input_ids) + list(res.token_ids)
@@ -281,7 +284,8 @@ class HFConversation(Conversation):
         kw = self.generate_kwargs(cfg)
         eos = sorted(lm.eos_ids) or None
         clock = _StepClock()
-        with torch.inference_mode(), _eos_override(lm.model, eos), _kernel(lm.model, self.method.stock_kernel):
+        with torch.inference_mode(), _eos_override(lm.model, eos), _kernel(lm.model, self.method.stock_kernel), \
+                collector_paused():
             ids = torch.tensor([input_ids], dtype=torch.long, device=lm.device)
             mask = torch.ones_like(ids)
             if not cfg.sampling.greedy:

@@ -66,6 +66,10 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
 def signature(model: torch.nn.Module) -> dict[str, str]:
     """What of racer's CPU backend a model runs, for cache keys (a cost curve measured on one
     set-up must not size trees on another)."""
+    param = next(model.parameters(), None)
+    if param is not None and param.device.type != "cpu":
+        # None of the CPU kernels runs there; asking whether they are built would build them.
+        return {"kernel": "stock", "layers": "module", "norm": "torch", "step_attention": "torch", "rows": "torch"}
     kernel = linear.kernel_of(model)
     if kernel == "tiled":
         kernel += f"-{source_tag()}-rows{linear.TILED_MAX_ROWS}"
