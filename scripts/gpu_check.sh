@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
+[[ "$STEPS" =~ ^[123](,[123])*$ ]] || { echo "--steps takes a list of 1, 2 and 3, such as 1,2 (got $STEPS)" >&2; exit 2; }
 P=${PYTHON:-python3}
 [ -x .venv/bin/python ] && P=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-gpu-check}
@@ -76,5 +77,5 @@ $P -m racer.bench --model "$MODEL" --device "$DEVICE" --dtype "$DT" --data asset
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
-echo "gpu check on $DEVICE, steps $STEPS: $([ $status = 0 ] && echo passed || echo FAILED) (outputs in $OUT)"
+echo "gpu check on $DEVICE: $([ $status = 0 ] && echo passed || echo FAILED) (steps $STEPS; outputs in $OUT)"
 exit $status
