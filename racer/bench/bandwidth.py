@@ -68,11 +68,14 @@ BUFFERS = 5
 def measure(model: nn.Module, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The two figures a report needs, and how they were taken: the ceiling is the fastest of
     `BUFFERS` fresh buffers (each the median of its reads), the slowest kept beside it."""
+    device = torch.device(device)
     rates = [stream_read_gbs(device) for _ in range(BUFFERS)]
+    where = (f"on {torch.cuda.get_device_name(device)}" if device.type == "cuda"
+             else f"{torch.get_num_threads()} threads")
     return {"weight_bytes": weight_bytes(model), "stream_gbs": round(max(rates), 2),
             "stream_min_gbs": round(min(rates), 2),
             "stream_how": f"the fastest of {BUFFERS} fresh {STREAM_MIB} MiB float32 buffers, each the median of "
-                          f"7 sums, {torch.get_num_threads()} threads"}
+                          f"7 sums, {where}"}
 
 
 def drawn(bandwidth: dict[str, Any] | None, ms_per_step: float | None) -> dict[str, float] | None:
