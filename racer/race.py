@@ -25,8 +25,9 @@ from earlier quiet races; a disturbed one is charged that quiet estimate.
 
 What the clock leaves out: the page's work (building and sending frames happens between steps,
 outside the timed `next()`, and the garbage collection that work causes is held off during a
-timed step: `collector_paused`), the server's own decodes (the app's warm-up and every visitor's
-decode hold one decode slot, so none runs beside a race) and each lane's prefill. What it cannot
+timed step: `DecodeRun` holds it off per step, racer.collector), the server's own decodes (the
+app's warm-up and every visitor's decode hold one decode slot, so none runs beside a race) and
+each lane's prefill. What it cannot
 keep out is load the race cannot stop: another visitor's inspector, another process. Each step is
 charged its wall time unless its forward was disturbed: took more than `racer.sizing.DISTURBED` x
 what this machine's cost curve predicts for its tree size and context. A disturbed step is charged
@@ -57,7 +58,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .collector import collector_paused
 from .costcurve import CostCurve
 from .drafters.base import Drafter
 from .loop import DecodeConfig, DecodeRun
@@ -301,10 +301,9 @@ class Race:
                     lane.started = True
                     lane.forwards = 1          # its first next() runs the prefill
                 try:
-                    with collector_paused():
-                        t = time.perf_counter()
-                        rec = next(it)
-                        dt = time.perf_counter() - t
+                    t = time.perf_counter()
+                    rec = next(it)
+                    dt = time.perf_counter() - t
                 except StopIteration:      # the run's end: its last bookkeeping, no forward
                     dt = time.perf_counter() - t
                     lane.compute_s += dt
