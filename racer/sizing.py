@@ -323,6 +323,27 @@ class SizePlan:
     curve_ms: float                 # the uncalibrated curve's ms at the kept size
 
 
+#: The largest tree sizing keeps, unless told: the largest size whose forward the cost curve puts
+#: at no more than this many one-token forwards (at its shortest context). A flat GPU curve allows
+#: every measured size; a CPU's curve stops it where the products turn compute-bound. Larger trees
+#: are hardly ever chosen on a CPU, yet the pool (twice the largest tree) was built and judged at
+#: every step: on Spec-Bench (1 per category, 256 tokens, bfloat16, AVX512-BF16) 4.7 % of the
+#: steps kept 17-24 nodes and none more, and on the shipped prompts a cap of 24 instead of 64
+#: drafted and sized in 0.43 ms a step instead of 0.62 at the same MAT (2.194 against 2.196;
+#: docs/PERFORMANCE.md §4, "The largest tree").
+MAX_TREE_COST = 2.0
+#: ... and never fewer than this many nodes, so a steep curve still leaves room for a short chain and
+#: for exploration's few nodes.
+MIN_MAX_TREE = 8
+
+
+def largest_tree(curve: Any) -> int:
+    """The largest tree a sizer keeps on `curve` (`MAX_TREE_COST`, at least `MIN_MAX_TREE`)."""
+    ts = curve.ts(max(curve.sizes), curve.contexts[0])
+    fits = [T for T, t in enumerate(ts, 1) if t <= MAX_TREE_COST * ts[0]]
+    return max(MIN_MAX_TREE, max(fits, default=1))
+
+
 class Sizer:
     """Per-session sizing state: the acceptance model, the per-step overhead estimate and (with
     `calibrate`) the calibration of the cost curve against this decoding's own forwards."""
@@ -348,7 +369,7 @@ class Sizer:
                          "skip_disturbed": skip_disturbed, "calibrate": calibrate, "match_run": match_run,
                          "confidence": confidence}
         self.skip_disturbed, self.calibrate = skip_disturbed, calibrate
-        self.max_size = max_size or max(curve.sizes)
+        self.max_size = max_size or largest_tree(curve)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
         # the drafter's fixed order, e.g. retrieval before logits) decides what fills the tree.
         self.pool_size = self.max_size * max(1, pool_factor)

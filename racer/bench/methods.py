@@ -321,14 +321,18 @@ class HFConversation(Conversation):
 
 
 SIZER_VARIANTS: dict[str, dict[str, Any]] = {"auto-cal": {"calibrate": True}, "auto-nocal": {"calibrate": False},
-                                              "auto-norun": {"match_run": False}, "auto-noconf": {"confidence": False}}
+                                              "auto-norun": {"match_run": False}, "auto-noconf": {"confidence": False},
+                                              # Trees up to 64 nodes from a pool of 128 (before
+                                              # racer.sizing.largest_tree capped them by the curve).
+                                              "auto-cap64": {"max_size": 64}}
 
 
 def get_method(spec: str | BenchMethod) -> BenchMethod:
     """A BenchMethod from a name (`ar`, ..., `racer-logits`, `hf`, `hf-pld`) or as is. A loop
     method may fix its own capacity: `racer@8`, `tr@auto`, and its sizer's calibration:
     `racer@auto-cal`, `racer@auto-nocal` (an A/B of `Sizer(calibrate=...)` in one run), and
-    `racer@auto-norun` (`Sizer(match_run=False)`), `racer@auto-noconf` (`Sizer(confidence=False)`)."""
+    `racer@auto-norun` (`Sizer(match_run=False)`), `racer@auto-noconf` (`Sizer(confidence=False)`),
+    `racer@auto-cap64` (`Sizer(max_size=64)`)."""
     if isinstance(spec, BenchMethod):
         return spec
     if "@" in spec:
