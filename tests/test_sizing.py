@@ -419,3 +419,23 @@ def test_the_sizer_keeps_more_of_a_chain_whose_match_runs_far_back():
     flat = Sizer(curve, match_run=False)
     assert flat.settings["match_run"] is False
     assert len(flat.size(_chain(20), 100)) == len(Sizer(curve, match_run=False).size(_chain(1), 100))
+
+
+def test_the_largest_tree_follows_the_curve():
+    # Flat (a GPU): every measured size; rising (a CPU): where a forward reaches two one-token
+    # ones at the shortest context (10 ms + 0.5 ms a node from 8: 28 nodes); steep: the floor.
+    flat = CostCurve([1, 64, 128], [16, 512], [[10.0, 10.5, 11.0], [12.0, 13.0, 14.0]], {})
+    rising = CostCurve([1, 8, 64], [16, 512], [[10.0, 10.0, 38.0], [14.0, 14.0, 80.0]], {})
+    steep = CostCurve([1, 2, 64], [16], [[10.0, 30.0, 500.0]], {})
+    assert sizing.largest_tree(flat) == 128
+    assert sizing.largest_tree(rising) == 28
+    assert sizing.largest_tree(steep) == sizing.MIN_MAX_TREE
+    # The sizer keeps no more than that, drafts a pool twice as large, and a setting overrides it.
+    s = Sizer(rising)
+    assert (s.max_size, s.pool_size) == (28, 56)
+    long = DraftTree.root_only(1)
+    at = 0
+    for tok in range(2, 62):
+        at = long.add(at, tok, "lookup", 0, lookup=1, run=20)
+    assert len(s.size(long, 16)) == 28
+    assert Sizer(rising, max_size=64).pool_size == 128
