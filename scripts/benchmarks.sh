@@ -9,6 +9,7 @@
 #   scripts/benchmarks.sh float32         # on an AVX512-BF16 CPU also: SmolLM2 in float32 (not a default group)
 #   SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 scripts/benchmarks.sh smollm2   # a smaller Spec-Bench run (named specbench5)
 #
+# (The earlier runs without "sizecap" in their names were made by the same groups before the size cap.)
 # The runs the docs cite on a 2-core AVX2 CPU (float32 forwards cost about 3x the AVX512-BF16
 # bfloat16 ones) were made with SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 GEMMA_SPEC_MAX_NEW=64.
 #
