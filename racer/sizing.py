@@ -328,7 +328,7 @@ class SizePlan:
 #: every measured size; a CPU's curve stops it where the products turn compute-bound. Larger trees
 #: are hardly ever chosen on a CPU, yet the pool (twice the largest tree) was built and judged at
 #: every step: on Spec-Bench (1 per category, 256 tokens, bfloat16, AVX512-BF16) 4.7 % of the
-#: steps kept 17-24 nodes and none more; on Spec-Bench, 10 per category, this cap (25) against 64
+#: steps kept 17-24 nodes and none more; on Spec-Bench, 10 per category, this cap (24) against 64
 #: drafted in 0.28 ms a step instead of 0.41 at the same MAT, 1.7 % faster
 #: (docs/PERFORMANCE.md §4, "The largest tree").
 MAX_TREE_COST = 2.0
