@@ -68,6 +68,7 @@ def main() -> int:
 
     from racer import DecodeConfig, build_input_ids, load_model, make_drafter
     from racer.bench.data import load_rows
+    from racer.coldrows import get_cold_rows
     from racer.costcurve import get_cost_curve
     from racer.loop import DecodeRun
     from racer.prompting import common_prefix
@@ -82,6 +83,7 @@ def main() -> int:
             return super().size(tree, context_len)
 
     lm = load_model(args.model)
+    get_cold_rows(lm)  # as the benchmark does: racer drafts from them where the root has no row
     curve = get_cost_curve(lm)
     cats = args.categories.split(",") if args.categories else None
     rows, _ = load_rows(args.data, categories=cats, per_category=args.per_category, turns="first")
@@ -158,7 +160,7 @@ def main() -> int:
           f"{cost_ar / cost:.3f}x plain decoding")
     print(f"steps where the chain alone beats the sized tree: {lost} of {len(total['kept'])}, "
           f"{lost_tokens} draft tokens ({lost_tokens / max(1, sum(total['kept'])):.0%} of those accepted)")
-    print(f"steps with nothing to draft (the root token seen nowhere before: no copy-logit row, no match): "
+    print(f"steps with nothing to draft (a pool of the root alone: no copy-logit or cold row, no match): "
           f"{empty} of {len(total['kept'])}")
     print("\nby the previous step's accepted draft tokens (burst 0: none, 1: one, 2: 2-3, 3: 4+) and the model's "
           "confidence in the root (conf 0: top-1 probability under 0.3, 1: 0.3-0.6, 2: 0.6-0.9, 3: 0.9+):\n")

@@ -18,6 +18,7 @@ from collections import defaultdict
 
 import torch
 
+from ..coldrows import get_cold_rows
 from ..drafters import make_drafter
 from ..loop import DecodeConfig, DecodeRun
 from ..models import load_model
@@ -41,6 +42,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     args = ap.parse_args()
     lm = load_model(args.model, device="cpu", dtype=args.dtype)
+    get_cold_rows(lm)  # as the benchmark does: racer drafts from them where the root has no row
     rows, _ = load_rows(args.data, per_category=args.per_category, turns="first")
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, capacity=args.capacity)
     per: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in args.methods.split(",")}
