@@ -29,8 +29,13 @@ timed step: `DecodeRun` holds it off per step, racer.collector), the server's ow
 app's warm-up and every visitor's decode hold one decode slot, so none runs beside a race) and
 each lane's prefill. What it cannot
 keep out is load the race cannot stop: another visitor's inspector, another process. Each step is
-charged its wall time unless its forward was disturbed: took more than `racer.sizing.DISTURBED` x
-what this machine's cost curve predicts for its tree size and context. A disturbed step is charged
+charged its wall time unless its forward was disturbed: took more than `SLOWED` x what such a
+forward of the method takes on this machine when it is quiet (the cost curve's time for its tree
+size and context x the method's quiet level, below), or more than `racer.sizing.DISTURBED` x the
+curve's time (the only line before any quiet race has taught a level). The first line catches a
+slowdown that stays under the second: a host running every forward 20-40 % slow for a while
+(a neighbour's load) charged plain decoding, with three times RACER's forwards, the most, and
+read RACER's speed-up up to 17 % high (docs/PERFORMANCE.md, "The race's clock"). A disturbed step is charged
 what that forward takes on this machine when it is quiet, the curve's time x the method's *quiet
 level* (the median ratio of measured to predicted over its undisturbed forwards in the last
 quiet races: `QuietLevels`, kept with the curve), its whole step scaled alike. Why not wall
@@ -68,8 +73,15 @@ from .sizing import disturbed
 #: Below this share of disturbed forwards a race's page calls them hiccups, above it a busy machine.
 BUSY_SHARE = 0.05
 #: Below this share of disturbed forwards a race teaches the quiet levels: a shared machine's
-#: background flags 3-10 % of a quiet race's forwards; a second client in the inspector, 45-90 %.
+#: background flags 3-10 % of a quiet race's forwards; a second client in the inspector, 45-90 %;
+#: a neighbour's light load, 53-71 % (before the SLOWED line it often flagged under 20 %, and such races
+#: taught levels 6-19 % high, which later races were charged by).
 LEARN_SHARE = 0.2
+#: A forward above this many times its quiet estimate (the curve's time x the method's quiet level)
+#: was slowed by other work. Quiet races put 0-10 % of a method's forwards above it (a few %
+#: typically); a neighbour's light load (a process busy 5 ms in every 20), 53-71 %, while most of
+#: them stayed under DISTURBED x the curve.
+SLOWED = 1.25
 #: A lane's prefill above this many times the race's shortest was slowed by other work.
 PREFILL_SPREAD = 1.25
 #: QuietLevels keys the prefills' levels by this prefix and the method (one prefill a lane a race).
@@ -145,7 +157,7 @@ class Lane:
     prefill_s: float = 0.0              # its prefill, as measured
     prefill_expected_ms: float | None = None   # the cost curve's time for the prefill's tokens
     prefill_level: float | None = None  # this method's prefill quiet level, from earlier quiet races
-    disturbed_steps: int = 0            # steps whose forward took > DISTURBED x the cost curve's time
+    disturbed_steps: int = 0            # steps whose forward was disturbed (> SLOWED x quiet, > DISTURBED x curve)
     estimated_steps: int = 0            # disturbed steps charged their quiet estimate (the rest: wall time)
     #: Indices into `charges` of the disturbed steps (the ones a level re-charges).
     hits: list[int] = field(default_factory=list)
@@ -343,7 +355,7 @@ class Race:
         settled once one is."""
         measured = float(rec.timings.get("forward_ms", 0.0))
         expected = self.curve.t(len(rec.tree), rec.context_len) if self.curve is not None and rec.forwarded else None
-        hit = bool(expected) and disturbed(measured, expected)
+        hit = bool(expected) and (disturbed(measured, expected) or self._slowed(lane.method, measured, expected))
         if hit:
             lane.disturbed_steps += 1
         elif expected and measured > 0:
@@ -360,6 +372,17 @@ class Race:
             # lane can end while the others have yet to show an undisturbed forward).
             if other.done and other.hits and other.estimated_steps < len(other.hits):
                 self._settle(other)
+
+    def _slowed(self, method: str, measured_ms: float, expected_ms: float) -> bool:
+        """Whether a forward took more than SLOWED x its quiet estimate. Only a level learnt from
+        earlier quiet races judges (the method's own, else every method's pooled): this race's own
+        forwards would set the line by the load it is meant to catch."""
+        if self.levels is None:
+            return False
+        known = self.levels.level(method)
+        if known is None:
+            known = self.levels.level(method, pooled=True)
+        return known is not None and measured_ms > SLOWED * known * expected_ms
 
     def level(self, method: str) -> float | None:
         """The quiet level a disturbed forward of `method` is charged by: the method's own learnt

@@ -8,7 +8,8 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Sequence
 
 from racer import palette
-from racer.race import BUSY_SHARE, PREFILL_SPREAD
+from racer.race import BUSY_SHARE, PREFILL_SPREAD, SLOWED
+from racer.sizing import DISTURBED
 from racer.records import run_numbers
 from visuals import method_color, token_sources
 from visuals.colors import tint
@@ -114,6 +115,11 @@ class SpanBuilder:
 
 # -- race -------------------------------------------------------------------------------------------
 
+#: What made a forward disturbed, in the words the page uses (racer.race: SLOWED, DISTURBED).
+SLOWER = (f"took more than {SLOWED:g}× what such a forward takes on this machine when it is quiet "
+          f"(or {DISTURBED:g}× the time its cost curve predicts for the tree size and context)")
+
+
 def fmt_s(s: float) -> str:
     return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
@@ -203,8 +209,7 @@ def series_md(series: Sequence[dict[str, Any]], asked: int) -> str:
     if busy:
         of = sum(ln["checked_forwards"] for r in series for ln in r["lanes"].values())
         est = sum(ln.get("estimated_steps", 0) for r in series for ln in r["lanes"].values())
-        lines.append(f"⚠️ Over the {n} races, {busy} of {of} forward passes took more than 1.5× the time this "
-                     f"machine's cost curve predicts: other work shared the CPU"
+        lines.append(f"⚠️ Over the {n} races, {busy} of {of} forward passes {SLOWER}: other work shared the CPU"
                      + (f"; {est} of them were charged their quiet-machine estimate." if est else "."))
     return "  \n".join(lines)
 
@@ -225,7 +230,7 @@ def disturbed_md(lanes: dict[str, Any]) -> str:
     n = sum(hit.values())
     of = sum(ln.checked_forwards for ln in lanes.values())
     which = (f"{n} of {of} forward passes (" + ", ".join(f"{METHOD_TITLES.get(m, m)} {k}" for m, k in hit.items())
-             + ") took more than 1.5× the time this machine's cost curve predicts for their tree size and context")
+             + f") {SLOWER}")
     est = sum(ln.estimated_steps for ln in lanes.values())
     charged = ("Each was charged the time this machine takes for such a forward when quiet (the cost curve's "
                "time × the ratio to it that the method's forwards showed in recent quiet races), its whole step "

@@ -23,8 +23,8 @@ runs alone except the load it adds):
                   bench (an idle Gradio page polls and renders: a bench beside one read up to
                   25 % slow).
 Prints a table (per race: each lane's tokens/s, RACER's speed-ups, disturbed steps, its bench) and,
-per mode, the median, the spread (max - min over the median) and the median ratio of a race to
-its bench; writes the same as JSON with --json. Needs Debian's Chromium and playwright for the
+per mode, the median, the spread (max - min over the median), the median ratio of a race to
+its bench, and the median of the races over the median of all benches; writes the same as JSON with --json. Needs Debian's Chromium and playwright for the
 browser mode.
 """
 from __future__ import annotations
@@ -281,10 +281,18 @@ def mean_bench(runs: list[dict[str, Any]]) -> dict[str, Any]:
 KEYS = ("speedup", "speedup_total", "speedup_wall", "racer_tps", "ar_tps", "tr_tps")
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per figure: the median over the races, its spread (max - min over the median) and the
-    median of each race's ratio to its own bench (the mean of the bench before and after it)."""
+def summarise(rows: list[dict[str, Any]], benches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure: the median over the races, its spread (max - min over the median), the
+    median of each race's ratio to its own bench (the mean of the bench before and after it) and
+    to the median of all `benches` (`_vs_all`: a bench itself moves 10-30 % in minutes on a
+    shared host, and a loaded race is charged what quiet races measured, not what this minute's
+    bench reads)."""
     s: dict[str, Any] = {"n": len(rows)}
+    for key in ("speedup", "racer_tps", "ar_tps", "tr_tps"):
+        ref = [b[key] for b in benches if b.get(key)]
+        xs = [r[key] for r in rows if r.get(key)]
+        if ref and xs:
+            s[key + "_vs_all"] = round(statistics.median(xs) / statistics.median(ref), 3)
     for key in KEYS:
         xs = [r[key] for r in rows if r.get(key)]
         if not xs:
@@ -378,7 +386,7 @@ def main() -> int:
         worker.close()
     result["benches"] = benches
     result["races"] = races
-    result["summary"] = {m: summarise(rs) for m, rs in races.items()}
+    result["summary"] = {m: summarise(rs, benches) for m, rs in races.items()}
     print(f"\n{args.example}, {args.max_new_tokens} new tokens, cpu {'/'.join(cpu)}, "
           f"RACER_DTYPE={os.environ.get('RACER_DTYPE', 'auto')}")
     sp = [b["speedup"] for b in benches]
@@ -396,13 +404,15 @@ def main() -> int:
                   f"{b['racer_tps']:.1f} / {b['ar_tps']:.1f} / {b['tr_tps']:.1f} | "
                   f"{r['racer_disturbed']}/{r['ar_disturbed']}/{r['tr_disturbed']} |")
     print("\n| mode | median RACER × | spread | vs bench | whole × vs bench | at wall time × vs bench | "
-          "tok/s vs bench racer / ar / tr | tok/s spread racer / ar / tr |")
-    print("|---|---|---|---|---|---|---|---|")
+          "tok/s vs bench racer / ar / tr | tok/s spread racer / ar / tr | vs all benches × | "
+          "tok/s vs all benches racer / ar / tr |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, s in result["summary"].items():
         print(f"| {mode} | {s.get('speedup')} | {s.get('speedup_spread')} | {s.get('speedup_vs_bench')} | "
               f"{s.get('speedup_total_vs_bench')} | {s.get('speedup_wall_vs_bench')} | "
               + " / ".join(str(s.get(f"{m}_tps_vs_bench")) for m in LANES) + " | "
-              + " / ".join(str(s.get(f"{m}_tps_spread")) for m in LANES) + " |")
+              + " / ".join(str(s.get(f"{m}_tps_spread")) for m in LANES) + f" | {s.get('speedup_vs_all')} | "
+              + " / ".join(str(s.get(f"{m}_tps_vs_all")) for m in LANES) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -4,15 +4,19 @@ one process, on a quiet machine and under two kinds of load:
     .venv/bin/python scripts/race_clocks.py                       # Summarise a passage, 128 tokens, 4 races per load
     .venv/bin/python scripts/race_clocks.py --races 6 --loads quiet,process
 
-Loads: quiet (one series before the loads, one after: the machine drifts); process (a busy-loop process takes one of the cores for the whole race); render (a
+Loads: quiet (one series before the loads, one after: the machine drifts); process (a busy-loop process takes one of the cores for the whole race); light (a
+process busy 5 ms in every 20: a neighbour's light load, which slows most forwards by 20-50 %,
+under the curve's 1.5x line); render (a
 thread of this process builds and serialises plotly figures, as another visitor's inspector does
 in the app's server, sharing the interpreter lock). Clocks, each RACER's speed-up over plain
 decoding from the same steps (`Lane.charges`):
   wall     every step its wall time;
   trimmed  a forward above 1.5x its lane's median (measured / cost curve) charged that median;
   model    every forward charged its lane's median x the cost curve, the rest at wall time;
-  quiet    what racer.race charges: a forward above 1.5x the cost curve charged the curve x the
-           method's quiet level (learnt from quiet races), its whole step alike; the rest at wall time;
+  quiet    what racer.race charges: a forward above SLOWED (1.25) x its quiet estimate (the curve x
+           the method's quiet level, learnt from quiet races) or above 1.5x the curve charged that
+           estimate, its whole step alike; the rest at wall time;
+  curve    the same with the curve's 1.5x line alone (racer.race before SLOWED);
   fwd      as quiet, but only the disturbed forward is replaced by its quiet estimate; the rest of
            its step stays at wall time;
   cpu      the CPU time of the decoding thread (time.thread_time around each step).
@@ -33,18 +37,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from race_check import DEFAULT_EXAMPLE  # noqa: E402 - the example race_check runs
 
-CLOCKS = ("wall", "trimmed", "model", "quiet", "fwd", "cpu")
+#: The light load: busy 5 ms, then asleep 15.
+LIGHT = ("import time\nwhile True:\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.005: pass\n"
+         "    time.sleep(0.015)")
+CLOCKS = ("wall", "trimmed", "model", "quiet", "curve", "fwd", "cpu")
 
 
 def lane_seconds(charges: list[tuple[float, float, float, float | None]], cpu: list[float],
                  prefill_s: float, level: float | None) -> dict[str, float]:
     ratios = [f / e for _, _, f, e in charges if e and f > 0]
-    level = statistics.median(ratios) if ratios else 1.0
+    quiet, level = level, statistics.median(ratios) if ratios else 1.0
     wall = sum(dt for _, dt, _, _ in charges)
     trimmed = sum(dt - ((f - level * e) / 1e3 if e and f > 1.5 * level * e else 0.0) for _, dt, f, e in charges)
     model = sum(dt - (f - level * e) / 1e3 if e else dt for _, dt, f, e in charges)
     fwd = sum(dt - (f - level * e) / 1e3 if level and e and f > 1.5 * e else dt for _, dt, f, e in charges)
-    return {"wall": wall, "trimmed": trimmed, "model": model, "quiet": sum(c for c, _, _, _ in charges), "fwd": fwd,
+    curve = sum(dt * min(1.0, quiet * e / f) if quiet and e and f > 1.5 * e else dt for _, dt, f, e in charges)
+    return {"wall": wall, "trimmed": trimmed, "model": model, "quiet": sum(c for c, _, _, _ in charges),
+            "curve": curve, "fwd": fwd,
             # The first step ran the prefill too: its CPU time is split in the proportion of its wall time.
             "cpu": sum(cpu[1:]) + (cpu[0] * charges[0][1] / (charges[0][1] + prefill_s) if cpu and charges else 0.0)}
 
@@ -110,6 +119,8 @@ def main() -> int:
         halt, proc = threading.Event(), None
         if load == "process":
             proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        elif load == "light":
+            proc = subprocess.Popen([sys.executable, "-c", LIGHT])
         elif load == "render":
             threading.Thread(target=render_load, args=(halt,), daemon=True).start()
         try:

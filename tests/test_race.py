@@ -12,7 +12,7 @@ import pytest
 
 from racer import DecodeConfig, make_drafter
 from racer.costcurve import CostCurve
-from racer.race import LEARN_SHARE, PREFILL, PREFILL_SPREAD, QuietLevels, Race, quiet_levels
+from racer.race import LEARN_SHARE, PREFILL, PREFILL_SPREAD, SLOWED, QuietLevels, Race, quiet_levels
 from racer.sizing import DISTURBED
 from racer.tiny import tiny_lm
 
@@ -120,6 +120,33 @@ def test_a_race_busy_from_its_first_forward_is_charged_by_earlier_quiet_races(lm
     assert ar.disturbed_steps == ar.estimated_steps == ar.checked_forwards > 0
     assert busy.level("ar") == learnt["ar"] and ar.compute_s < SLEEP_S <= ar.wall_compute_s / ar.checked_forwards
     assert levels.level("ar") == learnt["ar"]          # unchanged by the busy race
+
+
+def test_a_forward_slowed_under_the_curves_line_is_disturbed_once_quiet_races_taught_a_level(lm):
+    # A host running every forward 20-40 % slow stays under DISTURBED x the curve; against what
+    # quiet races measured it is over SLOWED x. Planted with the levels: quiet races that "ran"
+    # at 1/10,000 of the generous curve put every real tiny forward far above its quiet estimate,
+    # and none comes near DISTURBED x the curve's 100 ms.
+    curve = generous_curve()
+    levels = QuietLevels()
+    levels.learn({"ar": [1e-4] * QuietLevels.MIN})      # plain decoding's alone: RACER's lane uses it pooled
+    race = run(Race(lm, prompt(), {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")},
+                    DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=curve, levels=levels))
+    for lane in race.lanes.values():
+        assert all(e and SLOWED * 1e-4 * e < f <= DISTURBED * e for _, _, f, e in lane.charges[:-1] if e)
+        assert lane.disturbed_steps == lane.estimated_steps == lane.checked_forwards > 0
+        for charged, dt, f, e in lane.charges:
+            assert charged == pytest.approx(dt * 1e-4 * e / f if e else dt)
+        assert sum(c for c, _, _, _ in lane.charges) < 0.2 * lane.wall_compute_s
+    assert race.level("ar") == race.level("racer") == pytest.approx(1e-4)
+    # A busy race teaches nothing: the levels stay those of the quiet races.
+    assert levels.level("ar") == pytest.approx(1e-4) and levels.level("racer") is None
+    # Quiet races that ran at the curve's own time: every tiny forward is far under both lines.
+    slow = QuietLevels()
+    slow.learn({m: [1.0] * QuietLevels.MIN for m in ("racer", "ar")})
+    quiet = run(Race(lm, prompt(), {m: make_drafter(m, vocab_size=V) for m in ("racer", "ar")},
+                     DecodeConfig(max_new_tokens=16, capacity=8), cost_curve=curve, levels=slow))
+    assert all(ln.disturbed_steps == 0 and ln.compute_s == ln.wall_compute_s for ln in quiet.lanes.values())
 
 
 @pytest.mark.parametrize("prefill_points", [False, True], ids=["tree-curve", "prefill-points"])
