@@ -260,6 +260,8 @@ class Race:
         #: This race's undisturbed forwards (measured / predicted), per method: they teach
         #: `levels` at the end if the race was quiet, and stand in for them while none are known.
         self.ratios: dict[str, list[float]] = {}
+        #: Per method, the level earlier quiet races taught (`_slowed`'s line), None if none.
+        self._learnt: dict[str, float | None] = {}
         base = config or DecodeConfig()
         self.stop_event = stop_event
         self.time_limit_s = time_limit_s
@@ -377,11 +379,14 @@ class Race:
         """Whether a forward took more than SLOWED x its quiet estimate. Only a level learnt from
         earlier quiet races judges (the method's own, else every method's pooled): this race's own
         forwards would set the line by the load it is meant to catch."""
-        if self.levels is None:
-            return False
-        known = self.levels.level(method)
-        if known is None:
-            known = self.levels.level(method, pooled=True)
+        if method not in self._learnt:     # learnt before this race: looked up once
+            known = None
+            if self.levels is not None:
+                known = self.levels.level(method)
+                if known is None:
+                    known = self.levels.level(method, pooled=True)
+            self._learnt[method] = known
+        known = self._learnt[method]
         return known is not None and measured_ms > SLOWED * known * expected_ms
 
     def level(self, method: str) -> float | None:

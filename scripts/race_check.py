@@ -288,17 +288,15 @@ def summarise(rows: list[dict[str, Any]], benches: list[dict[str, Any]]) -> dict
     shared host, and a loaded race is charged what quiet races measured, not what this minute's
     bench reads)."""
     s: dict[str, Any] = {"n": len(rows)}
-    for key in ("speedup", "racer_tps", "ar_tps", "tr_tps"):
-        ref = [b[key] for b in benches if b.get(key)]
-        xs = [r[key] for r in rows if r.get(key)]
-        if ref and xs:
-            s[key + "_vs_all"] = round(statistics.median(xs) / statistics.median(ref), 3)
     for key in KEYS:
         xs = [r[key] for r in rows if r.get(key)]
         if not xs:
             continue
         med = statistics.median(xs)
         s[key] = round(med, 3)
+        ref = [b[key] for b in benches if b.get(key)]
+        if ref:
+            s[key + "_vs_all"] = round(med / statistics.median(ref), 3)
         s[key + "_spread"] = round((max(xs) - min(xs)) / med, 3)
         ref_key = "speedup" if key == "speedup_wall" else key   # wall time against the same bench figure
         ratios = [r[key] / r["bench"][ref_key] for r in rows if r.get(key) and r["bench"].get(ref_key)]
