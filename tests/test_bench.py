@@ -131,6 +131,11 @@ def test_summary_schema(full_run):
     # Speedup = throughput ratio; identical outputs make it the ratio of total times.
     ar, racer = s["methods"]["ar"]["overall"], s["methods"]["racer"]["overall"]
     assert racer["speedup_vs_ar"] == pytest.approx(ar["wall_s"] / racer["wall_s"], rel=1e-3)
+    # Without the prefill: the ratio of the decoding times alone (each turn's wall less its prefill).
+    decoding = {m: o["wall_s"] - o["turns"] * o["prefill_ms"] / 1e3 for m, o in (("ar", ar), ("racer", racer))}
+    assert racer["decode_speedup_vs_ar"] == pytest.approx(decoding["ar"] / decoding["racer"], rel=1e-3)
+    assert ar["decode_speedup_vs_ar"] == 1.0
+    assert racer["decode_speedup_vs_ar"] != racer["speedup_vs_ar"]
     cc = s["cost_curve"]
     assert cc["sizes"] == [1, 2, 4, 8, 16, 32, 64] and len(cc["ms"]) == 7 and len(cc["grid"]) == len(cc["contexts"])
     tvt = s["tokens_vs_time"]
