@@ -34,6 +34,14 @@ def p_bin(p: float) -> int:
     return len(BINS) - 2
 
 
+def add(acc: dict[Any, list[float]], key: Any, predicted: float, hit: float) -> None:
+    """One node into `acc[key]`: [sum of predictions, nodes, continued through]."""
+    e = acc[key]
+    e[0] += predicted
+    e[1] += 1
+    e[2] += hit
+
+
 def table(title: str, rows: dict[Any, list[float]], label: Any) -> None:
     print(f"\n{title}\n\n| {label} | nodes | mean predicted | continued through |\n|---|---|---|---|")
     for key in sorted(rows):
@@ -97,23 +105,17 @@ def main() -> int:
                 through[i] = through[pool.parents[i]] and d <= len(cont) and cont[d - 1] == pool.tokens[i]
             for i in range(1, len(pool)):
                 p, hit = probs[i], float(through[i])
-                for acc, key in ((kept if i in keep else left, BINS[p_bin(p)]),):
-                    acc[key][0] += p
-                    acc[key][1] += 1
-                    acc[key][2] += hit
+                add(kept if i in keep else left, BINS[p_bin(p)], p, hit)
                 if i not in keep:
                     continue
                 meta = pool.meta[i]
                 src = "cold" if meta.get("cold") else pool.sources[i]
                 if meta.get("lookup") and src not in ("lookup", "cold"):
                     src += "+chain"
-                for acc, key, value in ((by_source, src, p),
-                                        (cond, (src, min(pool.depths[i], 4)), p / max(probs[pool.parents[i]], 1e-12))):
-                    if acc is cond and not through[pool.parents[i]]:
-                        continue
-                    acc[key][0] += value
-                    acc[key][1] += 1
-                    acc[key][2] += hit
+                add(by_source, src, p, hit)
+                parent = pool.parents[i]
+                if through[parent]:
+                    add(cond, (src, min(pool.depths[i], 4)), p / max(probs[parent], 1e-12), hit)
         print(f"{row.category} {row.question_id}: MAT {len(run.result.token_ids) / run.result.forwards:.2f}",
               file=sys.stderr, flush=True)
 

@@ -97,27 +97,19 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def speedup(rows: Sequence[dict[str, Any]], base: dict[tuple[str, int], dict[str, Any]]) -> float | None:
-    """Throughput ratio against a baseline over the pairs both finished."""
+def speedup(rows: Sequence[dict[str, Any]], base: dict[tuple[str, int], dict[str, Any]],
+            without_prefill: bool = False) -> float | None:
+    """Throughput ratio against a baseline over the pairs both finished; `without_prefill`: with
+    each turn's prefill taken off its wall time (None unless every pair has one)."""
     pairs = [(r, base[_key(r)]) for r in rows if _key(r) in base]
-    if not pairs:
+    if not pairs or (without_prefill and any(x.get("prefill_ms") is None for pair in pairs for x in pair)):
         return None
-    t_m = sum(r["wall_s"] for r, _ in pairs)
-    t_b = sum(b["wall_s"] for _, b in pairs)
-    n_m = sum(r["new_tokens"] for r, _ in pairs)
-    n_b = sum(b["new_tokens"] for _, b in pairs)
-    if t_m <= 0 or t_b <= 0 or n_b == 0:
-        return None
-    return round((n_m / t_m) / (n_b / t_b), 4)
 
+    def took(r: dict[str, Any]) -> float:
+        return r["wall_s"] - (r["prefill_ms"] / 1e3 if without_prefill else 0.0)
 
-def decode_speedup(rows: Sequence[dict[str, Any]], base: dict[tuple[str, int], dict[str, Any]]) -> float | None:
-    """`speedup` with each turn's prefill taken off its wall time; None unless every pair has one."""
-    pairs = [(r, base[_key(r)]) for r in rows if _key(r) in base]
-    if not pairs or any(x.get("prefill_ms") is None for pair in pairs for x in pair):
-        return None
-    t_m = sum(r["wall_s"] - r["prefill_ms"] / 1e3 for r, _ in pairs)
-    t_b = sum(b["wall_s"] - b["prefill_ms"] / 1e3 for _, b in pairs)
+    t_m = sum(took(r) for r, _ in pairs)
+    t_b = sum(took(b) for _, b in pairs)
     n_m = sum(r["new_tokens"] for r, _ in pairs)
     n_b = sum(b["new_tokens"] for _, b in pairs)
     if t_m <= 0 or t_b <= 0 or n_b == 0:
@@ -361,7 +353,7 @@ def build_summary(lm: LoadedModel | None, run: BenchRun, *, command: str | None 
         s = aggregate(rows)
         s["speedup_vs_ar"] = speedup(rows, base[REFERENCE]) if base[REFERENCE] else None
         s["speedup_vs_hf"] = speedup(rows, base[PEER]) if base[PEER] else None
-        s["decode_speedup_vs_ar"] = decode_speedup(rows, base[REFERENCE]) if base[REFERENCE] else None
+        s["decode_speedup_vs_ar"] = speedup(rows, base[REFERENCE], without_prefill=True) if base[REFERENCE] else None
         for b in (REFERENCE, PEER):
             s[f"specbench_speedup_vs_{b}"] = specbench_speedup(rows, by_m[b]) if base[b] else None
         if identical is not None:
