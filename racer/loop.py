@@ -250,8 +250,12 @@ class DecodeRun:
             logits = forward_tree(model, cache, tree, past, device, lm.dtype, lm.layout)
             clock.end()
             forwards += 1
-            path, next_root = accept(tree, logits)
             node_topk, node_p = top_k(logits, K, want_p) if K else (None, None)
+            if accept is accept_greedy and node_topk is not None:
+                # Each row's top-k starts with its argmax: no second pass over the logits.
+                path, next_root = accept_greedy(tree, logits, node_topk[:, 0].tolist())
+            else:
+                path, next_root = accept(tree, logits)
             t3 = time.perf_counter()
             forward_ms = clock.ms()
             # Commit limits, before anything is kept: stop at an end-of-sequence token or at

@@ -98,6 +98,14 @@ class DraftTree:
             anc[i, i] = True
         return anc
 
+    def visibility(self, past_len: int) -> torch.Tensor:
+        """(T, past + T) bool on the CPU: True where a node sees a key (the whole prefix, its own
+        ancestors and itself); `attention_mask` without a window, as the step kernel reads it."""
+        n = len(self.tokens)
+        vis = np.ones((n, past_len + n), dtype=bool)
+        vis[:, past_len:] = self.ancestor_matrix()
+        return torch.from_numpy(vis)
+
     def attention_mask(self, past_len: int, dtype: torch.dtype, device: torch.device | str,
                        window: int | None = None) -> torch.Tensor:
         """Additive float mask (1, 1, T, past + T): every node sees the whole prefix and its

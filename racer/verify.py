@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .architecture import AttentionLayout
+from .cpu.attention import know_visibility
 from .cpu.rows import argmax
 from .tree import DraftTree
 
@@ -61,14 +62,20 @@ def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device:
         # windows included (the cache keeps every key, so its positions are the context's).
         mask, pos = None, None
     else:
-        mask = (layout or FULL_ONLY).tree_mask(tree, past_len, dtype, device)
+        layout = layout or FULL_ONLY
+        mask = layout.tree_mask(tree, past_len, dtype, device)
         pos = tree.position_ids(past_len, device)
+        if layout.window is None and isinstance(mask, torch.Tensor) and mask.device.type == "cpu":
+            know_visibility(mask, tree.visibility(past_len))
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
     return out.logits[0]
 
 
-def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], int]:
-    best = argmax(logits).tolist()
+def accept_greedy(tree: DraftTree, logits: torch.Tensor, best: list[int] | None = None) -> tuple[list[int], int]:
+    """`best`: each node's argmax where the caller has it already (the first of its top-k, which
+    breaks ties by the lower id as argmax does), else read from `logits`."""
+    if best is None:
+        best = argmax(logits).tolist()
     node, path = 0, [0]
     while True:
         child = tree.child(node, best[node])

@@ -51,6 +51,20 @@ def test_top_k_ids_and_probabilities(dtype, k):
 
 
 @native
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_top_k_starts_with_the_argmax(dtype):
+    """The greedy loop reads each row's argmax from its top-k (ties: the lower id), and the
+    probabilities take the row's maximum from it: a padded vocabulary's -inf included."""
+    x = logits_with_ties(6, 49_152, dtype, 3)
+    x[2, 40_000:] = float("-inf")
+    ids, p = top_k(x, 8, True)
+    assert (torch.from_numpy(ids[:, 0]) == x.argmax(dim=-1)).all()
+    xf = x.float()
+    want = (xf.topk(8, dim=-1).values - xf.logsumexp(dim=-1, keepdim=True)).exp()
+    assert torch.allclose(torch.from_numpy(p), want, rtol=1e-5, atol=1e-7)
+
+
+@native
 def test_many_rows_and_a_vocabulary_of_k():
     x = torch.randn(300, 12)
     ids, p = top_k(x, 12, True)

@@ -145,6 +145,19 @@ def test_masks_it_takes_and_masks_it_leaves_to_pytorch():
     assert torch.allclose(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_trees_visibility_is_what_its_mask_says(seed):
+    # forward_tree hands the kernel the tree's visibility instead of having the mask read back.
+    rng = random.Random(seed)
+    tree = random_tree(rng, 5, 24, 100)
+    for past in (0, 1, 37):
+        mask = tree.attention_mask(past, torch.bfloat16, "cpu")
+        keys = past + len(tree)
+        assert torch.equal(tree.visibility(past), attention._visibility(mask, keys))
+        attention.know_visibility(mask, tree.visibility(past))
+        assert torch.equal(attention._visible(mask, keys), attention._visibility(mask, keys))
+
+
 def test_model_uses_it_and_can_turn_it_off(monkeypatch):
     lm = tiny_lm(dtype=torch.bfloat16, head_dim=64)
     calls = []

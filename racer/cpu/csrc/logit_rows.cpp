@@ -79,6 +79,59 @@ int64_t row_argmax(const T* x, int64_t V) {
   return 0;
 }
 
+// sum of e^(x[i] - m) over the row, 8 lanes at a time.
+template <typename T>
+float exp_sum8(const T* x, int64_t V, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 s = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) s = _mm256_add_ps(s, exp_nonpositive(_mm256_sub_ps(load8(x + i), mv)));
+  float sum = hsum(s);
+  for (; i < V; ++i) sum += std::exp(as_float(x[i]) - m);
+  return sum;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const at::BFloat16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// exp_sum8 16 lanes at a time, with the same polynomial: half the instructions on a CPU with
+// AVX-512, where this pass is most of a row's top-k with probabilities.
+template <typename T>
+float exp_sum16(const T* x, int64_t V, float m) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 s = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= V; i += 16) {
+    __m512 y = _mm512_max_ps(_mm512_sub_ps(load16(x + i), mv), _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(y, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), y);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    s = _mm512_add_ps(s, _mm512_scalef_ps(p, n));
+  }
+  float sum = _mm512_reduce_add_ps(s);
+  for (; i < V; ++i) sum += std::exp(as_float(x[i]) - m);
+  return sum;
+}
+#pragma GCC pop_options
+
+const bool has_avx512 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}();
+
 // The k largest of row x, descending (ties: lower id first), and with probs their softmax
 // probabilities.
 template <typename T>
@@ -111,14 +164,10 @@ void row_topk(const T* x, int64_t V, int64_t k, int64_t* ids, float* probs) {
   for (; i < V; ++i) insert(as_float(x[i]), i);
   for (int64_t j = 0; j < k; ++j) ids[j] = idx[j];
   if (!probs) return;
-  const float m = row_max(x, V);
-  const __m256 mv = _mm256_set1_ps(m);
-  __m256 s = _mm256_setzero_ps();
-  i = 0;
-  for (; i + 8 <= V; i += 8) s = _mm256_add_ps(s, exp_nonpositive(_mm256_sub_ps(load8(x + i), mv)));
-  float sum = hsum(s);
-  for (; i < V; ++i) sum += std::exp(as_float(x[i]) - m);
-  const float lse = m + std::log(sum);
+  // The first entry is the row's largest value, so the max needs no pass of its own (a row of
+  // NaN or -inf leaves none: then it is read as before).
+  const float m = idx[0] >= 0 && std::isfinite(val[0]) ? val[0] : row_max(x, V);
+  const float lse = m + std::log(has_avx512 ? exp_sum16(x, V, m) : exp_sum8(x, V, m));
   for (int64_t j = 0; j < k; ++j) probs[j] = idx[j] < 0 ? 0.0f : std::exp(val[j] - lse);
 }
 
