@@ -31,6 +31,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include "avx512_exp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -168,23 +170,6 @@ inline void values(const int32_t* vi, int pairs, const uint32_t* const* p, float
   }
 }
 
-// e^x for x <= 0, float32 accuracy (Cephes' expf polynomial on x - n ln 2, then 2^n).
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
-
 // Softmax numerators of s[0..n) as bf16 into p[0..n rounded up to 16) (zeros past n); returns
 // their float32 sum.
 inline float softmax_numerators(const float* s, int n, bf16_t* p) {
@@ -197,7 +182,7 @@ inline float softmax_numerators(const float* s, int n, bf16_t* p) {
   __m512 sum = _mm512_setzero_ps();
   for (int i = 0; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), m)));
+    const __m512 e = _mm512_maskz_mov_ps(k, avx512::exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), m)));
     sum = _mm512_add_ps(sum, e);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), (__m256i)_mm512_cvtneps_pbh(e));
   }
