@@ -21,7 +21,7 @@ import torch
 
 from .collector import collector_paused
 from .costcurve import get_cost_curve
-from .cpu.rows import top_k
+from .cpu.rows import top_k, top_k_leads_with_argmax
 from .drafters.base import Drafter, Verified
 from .kvcache import new_cache
 from .models import LoadedModel
@@ -251,7 +251,7 @@ class DecodeRun:
             clock.end()
             forwards += 1
             node_topk, node_p = top_k(logits, K, want_p) if K else (None, None)
-            if accept is accept_greedy and node_topk is not None:
+            if accept is accept_greedy and node_topk is not None and top_k_leads_with_argmax(logits):
                 # Each row's top-k starts with its argmax: no second pass over the logits.
                 path, next_root = accept_greedy(tree, logits, node_topk[:, 0].tolist())
             else:

@@ -29,6 +29,12 @@ def kernel_available() -> bool:
     return ON.rows and extension() is not None
 
 
+def top_k_leads_with_argmax(logits: torch.Tensor) -> bool:
+    """Whether `top_k` of these logits starts each row with its `argmax`: racer's kernel orders
+    ties by the lower id, as argmax picks the first; PyTorch's topk leaves ties in any order."""
+    return _native(logits) is not None
+
+
 def argmax(logits: torch.Tensor) -> torch.Tensor:
     """(rows,) int64: the first index of each row's largest value, as torch.argmax."""
     ops = _native(logits)
