@@ -81,11 +81,15 @@ class CopyLogitStore:
 
     def write(self, tokens: np.ndarray | list[int], topk: np.ndarray, probs: np.ndarray | None = None) -> None:
         """Set row `tokens[i]` to `topk[i]` (and its probabilities to `probs[i]`) for every i.
-        For a token that occurs several times the last occurrence wins; negative ids are skipped."""
+        For a token that occurs several times the last occurrence wins; negative ids are skipped,
+        and so are positions whose row was not computed (all -1): the token keeps the row it has."""
         tokens = tokens.reshape(-1).tolist() if isinstance(tokens, np.ndarray) else [int(t) for t in tokens]
+        arr = np.asarray(topk)
+        made = (arr >= 0).any(axis=1).tolist() if arr.ndim == 2 and arr.shape[0] == len(tokens) \
+            else [True] * len(tokens)  # a misshapen table: _put says what is wrong
         last: dict[int, int] = {}
         for i, t in enumerate(tokens):
-            if t >= 0:
+            if t >= 0 and made[i]:
                 last[t] = i
         self._put(last, topk, probs, len(tokens))
 

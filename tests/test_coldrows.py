@@ -166,3 +166,27 @@ def test_the_benchmark_makes_them_untimed_and_goes_on_without_them_when_it_canno
     assert "cold rows could not be made (RuntimeError: no batched cache" in log.getvalue()
     assert {r["method"] for r in run.results} == {"ar", "racer"} and not run.errors
     assert run.results[0]["token_ids"] == run.results[1]["token_ids"]
+
+
+def test_with_cold_rows_the_prefill_projects_only_the_final_position(lm, own_cache):
+    """The prompt's own rows are skipped where cold rows stand in; without them every last
+    occurrence gets its row; the output is plain greedy's either way."""
+    plain = decode(lm, PROMPT, make_drafter("ar", vocab_size=V), DecodeConfig(max_new_tokens=40, capacity=1))
+    lm.cold_rows = None
+    warm = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=40, capacity=12))
+    list(warm)
+    assert warm.start.rows == sorted({max(i for i, t in enumerate(PROMPT) if t == u) for u in set(PROMPT)})
+    get_cold_rows(lm)
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=40, capacity=12))
+    list(run)
+    assert run.start.rows == [len(PROMPT) - 1] and run.start.cold_rows
+    assert run.result.token_ids == warm.result.token_ids == plain.token_ids
+
+
+def test_a_position_whose_row_was_not_made_leaves_the_tokens_row_as_it_was():
+    store = CopyLogitStore(8, k=2)
+    store.write([3], np.array([[4, 5]]), np.array([[0.6, 0.3]]))
+    store.write([3, 2], np.array([[-1, -1], [6, 7]]), np.array([[-1.0, -1.0], [0.7, 0.2]]))
+    assert store.expand(3, 10).tokens[:2] == [4, 5] and store.expand(2, 10).tokens[:2] == [6, 7]
+    store.write([3], np.array([[1, 2]]), np.array([[0.5, 0.4]]))   # a made row still replaces it
+    assert store.expand(3, 10).tokens[:2] == [1, 2]

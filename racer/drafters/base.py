@@ -8,7 +8,9 @@ Life cycle, driven by `racer.loop.decode`:
    fed position (None when `wants_topk == 0`), `topk_p` their probabilities (None unless
    `wants_topk_p`). Only the last occurrence of each token id
    among the new positions is filled; other rows are -1 (what a one-row-per-token table
-   keeps is the same, and the vocabulary projection is skipped for them). State kept from earlier turns of the same
+   keeps is the same, and the vocabulary projection is skipped for them). A drafter given the
+   model's cold rows gets only the final position's row (and those of tokens without a cold
+   row): the loop skips the rest. State kept from earlier turns of the same
    session persists; `reset()` forgets everything.
 2. Each step: `propose(context, root, capacity)` returns a `DraftTree` rooted at `root` (the
    token the model has just fixed, not yet in `context`) with at most `capacity` nodes
