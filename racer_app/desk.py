@@ -7,6 +7,7 @@ straight to the decode and meet the same rule in the queue (racer_app.fairqueue)
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
@@ -29,6 +30,10 @@ KINDS = ("race", "chat", "benchmark")
 #: How long after admission the page's decode may take to reach the queue (a round trip; the
 #: queue timer stops after this if it never arrives, e.g. when the queue was full).
 SEND_GRACE_S = 30.0
+#: How long Stop waits for an admitted decode that has not reached the queue yet (the page sends it
+#: right after admission, within a round trip), so that it takes it out of the queue rather than
+#: leave it to wait its turn only to end at once, holding the session's place meanwhile.
+JOIN_WAIT_S = 1.0
 #: The decode endpoints' API names (app.py) and the view each belongs to.
 API_KINDS = {"race": "race", "chat": "chat", "benchmark": "benchmark"}
 
@@ -122,6 +127,8 @@ class Desk:
         place = self.place(request)
         if job is not None and job.state == QUEUED:
             job.stop.set()        # seen by the decode if it starts before it can be taken out
+            if place is None:
+                place = await self._joined(request)
         if place is not None and place.position is not None:
             q = self.queue
             if q is not None and await q.withdraw(getattr(request, "session_hash", None)) and \
@@ -135,6 +142,19 @@ class Desk:
             return (f"⏹ Stopped: your {job.name} will not start.",) + idle
         job.stop.set()
         return (f"⏹ Stopping the {job.name} at the next step…", gr.skip(), gr.skip())
+
+    async def _joined(self, request: Any) -> fairqueue.Place | None:
+        """This session's decode once it reaches the queue, waiting up to `JOIN_WAIT_S`; None if
+        it does not (an API client's request, a full queue)."""
+        if self.queue is None or not getattr(request, "session_hash", None):
+            return None
+        end = time.monotonic() + JOIN_WAIT_S
+        while time.monotonic() < end:
+            await asyncio.sleep(0.05)
+            place = self.place(request)
+            if place is not None:
+                return place
+        return None
 
     def run_folder(self, sess: Session) -> Path:
         """A fresh folder for this session's next benchmark run. The session's files go when it

@@ -480,6 +480,46 @@ def test_stop_pressed_before_the_decode_is_sent_is_kept():
     assert sess.trace is None and not sess.busy
 
 
+def test_stop_waits_a_moment_for_the_decode_to_join_the_queue_and_takes_it_out(monkeypatch):
+    """Finding: a Stop pressed between admission and the decode joining the queue left the decode
+    to wait behind the running one (only to end at once), and the session could not race again
+    meanwhile. Stop now waits for it to join and takes it out; one that never joins will not start."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from racer_app import desk as D
+    from racer_app.fairqueue import Place
+
+    class Queue:   # joins `join_after` seconds after Stop is pressed (never, if None)
+        def __init__(self, join_after):
+            self.join_after, self.t0, self.withdrawn = join_after, None, 0
+
+        def place(self, session_hash):
+            self.t0 = self.t0 or time.monotonic()
+            joined = self.join_after is not None and time.monotonic() - self.t0 >= self.join_after and not self.withdrawn
+            return Place(1, 1, 1, "race") if joined else None
+
+        async def withdraw(self, session_hash):
+            self.withdrawn += 1
+            return 1
+
+        def load(self):
+            return 0, 1
+
+    request = SimpleNamespace(session_hash="abc")
+    for join_after, said in ((0.2, "taken out of the queue"), (None, "will not start")):
+        st, sess, q = studio(), Session(), Queue(join_after)
+        monkeypatch.setattr(D.Desk, "queue", property(lambda self, q=q: q))
+        st.desk.admit("race", sess, request)
+        t0 = time.monotonic()
+        status = asyncio.run(st.desk.stop(sess, request))[0]
+        assert said in status, status
+        if join_after is None:
+            assert time.monotonic() - t0 >= D.JOIN_WAIT_S and sess.job.live and sess.job.stop.is_set()
+        else:
+            assert q.withdrawn == 1 and not sess.job.live
+
+
 def _props(demo, elem_id):
     return next(c["props"] for c in demo.config["components"] if c.get("props", {}).get("elem_id") == elem_id)
 
