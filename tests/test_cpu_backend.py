@@ -128,7 +128,7 @@ def test_a_model_off_the_cpu_never_asks_for_the_kernels(monkeypatch):
     monkeypatch.setattr(cpu, "extension", built)
     monkeypatch.setattr("racer.kvcache.extension", built)
     assert cpu.signature(model) == {"kernel": "stock", "layers": "module", "norm": "torch",
-                                    "step_attention": "torch", "rows": "torch"}
+                                    "step_attention": "torch", "rows": "torch", "silu_mul": "torch"}
     cache = new_cache(model)
     k = torch.zeros(1, 2, 6, 4, device="meta")
     for i in range(len(cache.layers)):

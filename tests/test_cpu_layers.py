@@ -244,3 +244,36 @@ def test_rope_kernel_rejects_bad_input():
         ops.rope_rows(x, torch.zeros(1, 3, 64), torch.zeros(1, 3, 64))
     with pytest.raises(RuntimeError, match="one dtype"):
         ops.rope_rows(x, c.double(), c.double())
+
+
+bf16_only = pytest.mark.skipif(not tiled_bf16_available(), reason="racer's bf16 kernels need AVX512-BF16")
+
+
+@bf16_only
+@pytest.mark.parametrize("rows", [1, 8, 300])   # one task, two, the prefill's many
+def test_silu_mul_kernel_gives_pytorchs_bits(rows):
+    """Every bf16 gate value (subnormals, infinities and NaNs among them) against up values of every
+    magnitude and against ordinary ones, then random rows at the default model's width."""
+    ops = extension()
+    assert layers.silu_mul_matches_torch()
+    gate = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    g = torch.Generator().manual_seed(rows)
+    for up in (gate[torch.randperm(gate.numel(), generator=g)], torch.randn(gate.numel(), generator=g).bfloat16()):
+        gu = torch.cat([gate.view(-1, 1024), up.view(-1, 1024)], 1)
+        want = torch.nn.functional.silu(gu[:, :1024]) * gu[:, 1024:]
+        got = ops.silu_mul_bf16(gu, 1024)
+        assert torch.equal(want.isnan(), got.isnan())
+        assert torch.equal(want[~want.isnan()].view(torch.int16), got[~got.isnan()].view(torch.int16))
+    gu = (torch.randn(1, rows, 2 * 1536, generator=g) * 4).bfloat16()
+    want = torch.nn.functional.silu(gu[..., :1536]) * gu[..., 1536:]
+    assert torch.equal(ops.silu_mul_bf16(gu, 1536).view(torch.int16), want.view(torch.int16))
+    with pytest.raises(RuntimeError, match="2 \\* inter"):
+        ops.silu_mul_bf16(gu, 1000)
+
+
+@bf16_only
+def test_layers_take_the_silu_kernel_only_where_pytorchs_silu_has_no_scalar_tail(fast_on):
+    whole = tiny_lm(dtype=torch.bfloat16, layers=2, head_dim=64)   # intermediate 128: two 64-element vectors
+    assert layers.silu_mul_count(whole.model) == 2
+    model = _family(Qwen2Config, Qwen2ForCausalLM, torch.bfloat16)   # intermediate 96: PyTorch's silu ends in scalars
+    assert layers.use_fast_layers(model) == 2 and layers.silu_mul_count(model) == 0

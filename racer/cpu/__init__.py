@@ -10,6 +10,7 @@ after; each kernel family has one switch (racer.cpu.switches) and its own fallba
     norm.py       Llama-family RMSNorm
     attention.py  tree attention without KV-cache copies; bf16 step attention (ours)
     layers.py     Llama-family decoder layers without transformers' module tree
+    silu_mul      (csrc only) the MLP's silu(gate) * up in one bf16 call, used by layers.py
     rows.py       each logits row's argmax and top-k
 """
 from __future__ import annotations
@@ -52,7 +53,8 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
         notes.append("racer's RMSNorm kernel")
     if device.type == "cpu" and kernel == "tiled" and ON.fast_layer and fast_layers and layers.use_fast_layers(model):
         rows = "every forward" if dtype == torch.bfloat16 else f"1..{linear.TILED_MAX_ROWS}-token forwards"
-        notes.append(f"racer's decoder-layer forward for {rows} (fused q/k/v and gate/up, rotary kernel; "
+        silu = ", silu * up kernel" if ON.silu_mul and layers.silu_mul_count(model) else ""
+        notes.append(f"racer's decoder-layer forward for {rows} (fused q/k/v and gate/up, rotary kernel{silu}; "
                      "bit-identical to the module path)")
     impl = getattr(model.config, "_attn_implementation", None)
     if device.type == "cpu" and dtype == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
@@ -69,14 +71,16 @@ def signature(model: torch.nn.Module) -> dict[str, str]:
     param = next(model.parameters(), None)
     if param is not None and param.device.type != "cpu":
         # None of the CPU kernels runs there; asking whether they are built would build them.
-        return {"kernel": "stock", "layers": "module", "norm": "torch", "step_attention": "torch", "rows": "torch"}
+        return {"kernel": "stock", "layers": "module", "norm": "torch", "step_attention": "torch", "rows": "torch",
+                "silu_mul": "torch"}
     kernel = linear.kernel_of(model)
     if kernel == "tiled":
         kernel += f"-{source_tag()}-rows{linear.TILED_MAX_ROWS}"
     return {"kernel": kernel, "layers": "fast" if ON.fast_layer and layers.count(model) else "module",
             "norm": "racer" if ON.norm and extension() is not None else "torch",
             "step_attention": "racer" if attention.step_kernel_available() else "torch",
-            "rows": "racer" if ON.rows and extension() is not None else "torch"}
+            "rows": "racer" if ON.rows and extension() is not None else "torch",
+            "silu_mul": "racer" if ON.silu_mul and layers.silu_mul_count(model) else "torch"}
 
 
 __all__ = ["ON", "Switches", "attention_implementation", "install", "signature", "extension", "unavailable_reason",

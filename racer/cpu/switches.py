@@ -6,6 +6,7 @@ at run time (the kernel micro-benchmarks flip them to compare both paths in one 
     RACER_NORM_KERNEL=0     RMSNorm on PyTorch's ops instead of racer's kernel
     RACER_STEP_ATTENTION=0  bfloat16 attention on PyTorch's kernel instead of racer's step kernel
     RACER_FAST_LAYER=0      transformers' decoder-layer modules instead of racer's forward
+    RACER_SILU_MUL=0        in racer's bfloat16 layer forward, PyTorch's silu and mul instead of racer's kernel
     RACER_ROW_KERNEL=0      each row's argmax / top-k on PyTorch instead of racer's kernel
 
 Every family falls back to PyTorch's own path where its kernel cannot run (no compiler, no AVX2,
@@ -30,6 +31,7 @@ class Switches:
     norm: bool = True
     step_attention: bool = True
     fast_layer: bool = True
+    silu_mul: bool = True
     rows: bool = True
 
     @classmethod
@@ -39,7 +41,7 @@ class Switches:
             raise ValueError(f"RACER_LINEAR={linear!r}: use one of {', '.join(LINEAR_CHOICES)}")
         return cls(compiled=_on("RACER_CPU_KERNELS"), linear=linear, norm=_on("RACER_NORM_KERNEL"),
                    step_attention=_on("RACER_STEP_ATTENTION"), fast_layer=_on("RACER_FAST_LAYER"),
-                   rows=_on("RACER_ROW_KERNEL"))
+                   silu_mul=_on("RACER_SILU_MUL"), rows=_on("RACER_ROW_KERNEL"))
 
 
 #: The switches every kernel family reads, per call.

@@ -21,11 +21,12 @@ from ..models import load_model
 from .timing import ab_title, parse_args, time_forwards
 
 ALL = "all on"
+FAMILIES = ("norm", "fast_layer", "silu_mul", "step_attention", "rows")
 
 
 def _only_off(family: str | None) -> Callable[[], None]:
     def switch() -> None:
-        for f in ("norm", "fast_layer", "step_attention", "rows"):
+        for f in FAMILIES:
             setattr(ON, f, f != family)
     return switch
 
@@ -42,10 +43,12 @@ def main() -> None:
     families = {"norm": "RMSNorm kernel off", "rows": "row kernel off"}
     if layers.count(lm.model):
         families["fast_layer"] = "fast layer off"
+    if layers.silu_mul_count(lm.model):
+        families["silu_mul"] = "silu * up kernel off"
     if lm.dtype == torch.bfloat16 and attention.step_kernel_available():
         families["step_attention"] = "step attention off"
     variants = {ALL: (lm, _only_off(None))} | {label: (lm, _only_off(f)) for f, label in families.items()}
-    saved = {f: getattr(ON, f) for f in ("norm", "fast_layer", "step_attention", "rows")}
+    saved = {f: getattr(ON, f) for f in FAMILIES}
     try:
         med = time_forwards(variants, sizes, args.context, args.repeats, read=_step_rows)
     finally:

@@ -13,6 +13,8 @@ torch::Tensor argmax_rows(const torch::Tensor& logits);
 std::tuple<torch::Tensor, torch::Tensor> topk_rows(const torch::Tensor& logits, int64_t k, bool probs);
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor rope_rows(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+bool silu_mul_available();
+torch::Tensor silu_mul_bf16(const torch::Tensor& gu, int64_t inter);
 void compact_rows(const std::vector<torch::Tensor>& buffers, int64_t past, const std::vector<int64_t>& path);
 }  // namespace racer
 
@@ -29,5 +31,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rope_rows", &racer::rope_rows, "rotary position embedding of float32 or bfloat16 query/key rows");
   m.def("compact_rows", &racer::compact_rows,
         "move a draft tree's accepted path down behind the prefix in every KV buffer, in place");
+  m.def("silu_mul_available", &racer::silu_mul_available,
+        "whether silu_mul_bf16 runs here (AVX512-BF16, PyTorch's SLEEF exp found)");
+  m.def("silu_mul_bf16", &racer::silu_mul_bf16,
+        "silu(gate) * up of a fused bfloat16 gate|up product, bit-identical to PyTorch's two ops (AVX512-BF16)");
   m.def("topk_rows", &racer::topk_rows, "each row's k largest logits' ids, descending, and their softmax probabilities (AVX2)");
 }
