@@ -12,7 +12,10 @@ directly:
   output in the same order wherever its row sits in the weight, so a fused product is bit-identical
   to the separate ones.
 - the rotary embedding is racer's kernel (csrc/rope.cpp) with PyTorch's rounding steps;
-- RMSNorm, attention (racer_sdpa) and the cache update are the ones the modules call; SiLU and the
+- in bfloat16, silu(gate) * up is one kernel call (csrc/silu_mul.cpp) with PyTorch's rounding
+  steps, where the intermediate size is a multiple of 64 and the kernel matched PyTorch's ops on
+  every bf16 gate value (`silu_mul_matches_torch`); elsewhere PyTorch's SiLU and product;
+- RMSNorm, attention (racer_sdpa) and the cache update are the ones the modules call; the
   residual adds stay PyTorch ops.
 
 Every step is the module path's, in its order and rounding: the logits equal the module path's bit
