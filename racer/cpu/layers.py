@@ -117,10 +117,7 @@ def _plan(layer: nn.Module) -> _Plan | None:
     p.silu_contig = p.inter % 64 != 0
     # In bfloat16, silu(gate) * up as one kernel call with the same bits (csrc/silu_mul.cpp), where
     # PyTorch's silu runs no scalar tail and the kernel matches PyTorch's ops on this machine.
-    p.silu_mul = None
-    if p.dtype == torch.bfloat16 and p.inter % 64 == 0 and silu_mul_matches_torch():
-        inter, fused = p.inter, extension().silu_mul_bf16
-        p.silu_mul = lambda gu: fused(gu, inter)
+    p.silu_mul = p.dtype == torch.bfloat16 and p.inter % 64 == 0 and silu_mul_matches_torch()
     p.w_down, p.b_down = mlp.down_proj.weight, mlp.down_proj.bias
     p.norm1, p.eps1 = layer.input_layernorm.weight, float(layer.input_layernorm.variance_epsilon)
     p.norm2, p.eps2 = layer.post_attention_layernorm.weight, float(layer.post_attention_layernorm.variance_epsilon)
@@ -204,8 +201,8 @@ def _forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch
     x = x + lin(a.reshape(B, T, -1), p.w_o, p.b_o)
     h = ops.rms_norm(x, p.norm2, p.eps2)
     gu = lin(h, p.w_gu, p.b_gu)
-    if p.silu_mul is not None and ON.silu_mul:
-        return x + lin(p.silu_mul(gu), p.w_down, p.b_down)
+    if p.silu_mul and ON.silu_mul:
+        return x + lin(ops.silu_mul_bf16(gu, p.inter), p.w_down, p.b_down)
     g = gu[..., :p.inter]
     if p.silu_contig:
         g = g.contiguous()
@@ -272,4 +269,4 @@ def count(model: nn.Module) -> int:
 
 def silu_mul_count(model: nn.Module) -> int:
     """How many of `model`'s fast decoder layers take racer's silu * up kernel (bfloat16)."""
-    return sum(1 for m in model.modules() if getattr(m.__dict__.get("_racer_plan"), "silu_mul", None) is not None)
+    return sum(1 for m in model.modules() if getattr(m.__dict__.get("_racer_plan"), "silu_mul", False))
