@@ -56,7 +56,9 @@ def operands(H, G, T, L, D, seed=0):
 
 
 SHAPES = [(9, 3, 1, 600, 64), (9, 3, 5, 600, 64), (9, 3, 7, 37, 64), (8, 2, 3, 131, 128), (4, 4, 64, 300, 64),
-          (6, 1, 16, 17, 64), (9, 3, 1, 1, 64), (2, 2, 2, 2, 128)]
+          (6, 1, 16, 17, 64), (9, 3, 1, 1, 64), (2, 2, 2, 2, 128),
+          # more than 64 rows: blocks of 64, a prefill (T = L) and a chat turn's new tokens (T < L)
+          (9, 3, 200, 200, 64), (9, 3, 129, 300, 64), (8, 2, 65, 65, 128)]
 
 
 @pytest.mark.parametrize("H,G,T,L,D", SHAPES)
@@ -85,6 +87,29 @@ def test_each_row_is_the_one_token_call_over_its_keys(T):
         assert torch.equal(alone[0, 0], out[0, t]), t
 
 
+@pytest.mark.parametrize("T,L", [(150, 150), (97, 260)])
+def test_a_prefills_rows_are_its_one_token_steps(T, L):
+    # Blocks of 64 rows, each with its own shared prefix: a row still sums its keys in their order,
+    # so a prefill (or a chat turn's new tokens on a cache) gives the bits of feeding one token at a time.
+    H, G, D = 9, 3, 64
+    q, k, v = operands(H, G, T, L, D, seed=T + L)
+    causal = torch.ones(T, L, dtype=torch.bool).tril(L - T)
+    out = kernel(q, k, v, None, 0.125)
+    assert torch.equal(kernel(q, k, v, causal, 0.125), out)
+    for t in range(T):
+        seen = L - T + t + 1
+        alone = kernel(q[:, :, t:t + 1], k[:, :, :seen], v[:, :, :seen], None, 0.125)
+        assert torch.equal(alone[0, 0], out[0, t]), t
+    # A mask whose rows see different prefixes (every other key hidden from the last block's rows).
+    odd = causal.clone()
+    odd[-20:, 1:L - T:2] = False
+    got = kernel(q, k, v, odd, 0.125)
+    assert torch.allclose(got.float(), reference(q, k, v, odd, 0.125), atol=1e-2, rtol=2e-2)
+    for t in (0, T - 21, T - 20, T - 1):
+        seen = odd[t].nonzero().flatten()
+        assert torch.equal(kernel(q[:, :, t:t + 1], k[:, :, seen], v[:, :, seen], None, 0.125)[0, 0], got[0, t]), t
+
+
 def test_layouts_and_threads_do_not_change_the_bits():
     H, G, T, L, D = 9, 3, 6, 200, 64
     q, k, v = operands(H, G, T, L, D, seed=7)
@@ -96,10 +121,13 @@ def test_layouts_and_threads_do_not_change_the_bits():
     qt = q.transpose(1, 2).contiguous().transpose(1, 2)
     assert not qt.is_contiguous()
     assert torch.equal(kernel(qt, kbuf[:, :, :L], vbuf[:, :, :L], vis, 0.125), want)
+    prefill = operands(H, G, 140, 140, D, seed=8)
+    blocked = kernel(*prefill, None, 0.125)  # three blocks of rows, tasks taken by free threads
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
         assert torch.equal(kernel(q, k, v, vis, 0.125), want)
+        assert torch.equal(kernel(*prefill, None, 0.125), blocked)
     finally:
         torch.set_num_threads(before)
 
@@ -179,7 +207,7 @@ def test_tree_logits_equal_one_token_decoding_bit_for_bit(seed):
     # node's logits in a tree forward are those of feeding its path one token at a time.
     lm = tiny_lm(dtype=torch.bfloat16, head_dim=64, seed=seed)
     rng = random.Random(seed)
-    prompt = rand_prompt(rng, 70)  # longer than STEP_MAX_TOKENS: the prefill runs PyTorch's kernel
+    prompt = rand_prompt(rng, 70)  # more than 64 tokens: the prefill runs the kernel in blocks of rows
     tree = random_tree(rng, 5, 24, lm.vocab_size)
 
     def prefilled():
@@ -198,6 +226,20 @@ def test_tree_logits_equal_one_token_decoding_bit_for_bit(seed):
             for tok in reversed(path):
                 out = lm.model(input_ids=torch.tensor([[tok]]), cache=cache, use_cache=True)
             assert torch.equal(out.logits[0, -1], logits[node]), node
+
+
+def test_a_prompt_fed_in_pieces_gives_the_whole_prefills_logits():
+    # Every bf16 kernel of the forward is batch-invariant, the prefill's attention included: a chat
+    # turn fed on top of the cache computes what one prefill of the whole text would.
+    lm = tiny_lm(dtype=torch.bfloat16, head_dim=64, seed=3)
+    prompt = rand_prompt(random.Random(3), 150)
+    with torch.inference_mode():
+        whole = lm.model(input_ids=torch.tensor([prompt]), cache=DynamicCache(config=lm.model.config),
+                         use_cache=True).logits[0]
+        cache = DynamicCache(config=lm.model.config)
+        first = lm.model(input_ids=torch.tensor([prompt[:80]]), cache=cache, use_cache=True).logits[0]
+        rest = lm.model(input_ids=torch.tensor([prompt[80:]]), cache=cache, use_cache=True).logits[0]
+    assert torch.equal(torch.cat([first, rest]), whole)
 
 
 @pytest.mark.parametrize("seed", [4, 5])

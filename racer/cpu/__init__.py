@@ -58,8 +58,8 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
                      "bit-identical to the module path)")
     impl = getattr(model.config, "_attn_implementation", None)
     if device.type == "cpu" and dtype == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
-        notes.append(f"racer's bf16 step-attention kernel for 1..{attention.STEP_MAX_TOKENS}-token forwards "
-                     "(exact: a tree node's logits equal the one-token forward's)")
+        notes.append("racer's bf16 step-attention kernel for every forward, prefill included (exact: a tree "
+                     "node's logits equal the one-token forward's)")
     if asked == "auto" and kernel == "packed" and linear.tiled_unavailable_reason():
         notes.append(f"tiled linear kernel unavailable ({linear.tiled_unavailable_reason()})")
     return notes
