@@ -95,6 +95,32 @@ def test_racer_drafts_a_novel_root_from_its_cold_row_and_sizing_learns_it_apart(
     assert model.estimate(tree)[1] > before
 
 
+def test_a_copy_logit_entry_the_cold_row_also_ranks_high_is_marked_and_sized_apart(lm):
+    # Every fed token's real row is 0..7; every cold row ranks 3, 2, 90 first.
+    rows = cold([[3, 2, 90, 4, 5, -1, -1, -1] for _ in range(V)])
+    marked = make_drafter("racer", vocab_size=V, lookup_chain=False)
+    plain = make_drafter("racer", vocab_size=V, lookup_chain=False, cold_agree=False)
+    for d in (marked, plain):
+        d.use_cold_rows(rows)
+        d.start(PROMPT, 0, np.tile(np.arange(8), (len(PROMPT), 1)))
+    tree = marked.propose(PROMPT, 13, 16)
+    first = {tree.tokens[i]: i for i in range(1, len(tree)) if tree.parents[i] == 0 and tree.sources[i] == "logits"}
+    assert {2, 3, 4} <= set(first)
+    assert {t for t, i in first.items() if tree.meta[i].get("agree")} == {2, 3}   # top 3 only; 4 is ranked 4th
+    assert not any(m.get("agree") for i, m in enumerate(tree.meta) if i and tree.parents[i] != 0)
+    untouched = plain.propose(PROMPT, 13, 16)
+    assert not any(m.get("agree") for m in untouched.meta)
+    model, blind = AcceptanceModel(), AcceptanceModel(agree=False)
+    assert model.features(tree, first[3], {})[0][0] == "agree"
+    assert model.features(tree, first[4], {})[0][0] == "logits"
+    assert blind.features(tree, first[3], {})[0][0] == "logits"
+    # Agreement is read as likelier than the same rank alone, and learnt apart from it.
+    est = model.estimate(tree)
+    assert est[first[3]] > blind.estimate(tree)[first[3]]
+    model.update(tree, [0, first[2]])
+    assert model.estimate(tree)[first[2]] > est[first[2]]
+
+
 @pytest.mark.parametrize("capacity", ["auto", 12])
 def test_decoding_with_cold_rows_is_lossless_and_uses_them(lm, own_cache, capacity):
     lm.cold_rows = None

@@ -55,6 +55,8 @@ from .pld import PLDDrafter
 MERGES = ("merge", "half", "hard")
 #: Most copy-logit rows listed in `tree.info["copy_rows"]` (pictures, not data).
 MAX_COPY_ROWS = 12
+#: A first-level copy-logit entry that is also among the top AGREE_TOP of the root's cold row.
+AGREE_TOP = 3
 
 
 @dataclass
@@ -81,7 +83,8 @@ class RacerDrafter(Drafter):
     def __init__(self, vocab_size: int = 1, capacity_automaton: int = 10_000, window: int = 10,
                  topk: int = 8, breadth_rule: str = "paper", merge: str = "merge",
                  retrieval: bool = True, logits: bool = True, lookup_chain: bool = True, chain_len: int = 16,
-                 row_probs: bool = True, cold_rows: bool = True, name: str | None = None) -> None:
+                 row_probs: bool = True, cold_rows: bool = True, cold_agree: bool = True,
+                 name: str | None = None) -> None:
         if breadth_rule not in RULES:
             raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
         if merge not in MERGES:
@@ -104,6 +107,7 @@ class RacerDrafter(Drafter):
         # A root the context never fed has no copy-logit row; with the model's cold rows it
         # drafts from what the model predicts after it alone (racer.coldrows; ours, not in the paper).
         self.wants_cold_rows = self.logits and bool(cold_rows)
+        self.cold_agree = bool(cold_agree)
         self.lookup = PLDDrafter(max_draft=chain_len, periodic=True) if lookup_chain else None
         # How many context tokens the automaton has consumed, so `start` can catch up on
         # tokens committed without a verify step (e.g. a final pending root).
@@ -167,7 +171,10 @@ class RacerDrafter(Drafter):
             l_budget = budget - r_budget if self.merge == "half" and both else budget
             d.expansion = self.store.expand(root, l_budget, self.breadth_rule)
             t3 = perf_counter()
-            d.logits_nodes = self._insert_logits(tree, d.expansion, int(capacity))
+            agree = ()
+            if self.cold_agree and self.store.cold is not None and not d.expansion.cold:
+                agree = self.store.cold.row(root, AGREE_TOP)[0]
+            d.logits_nodes = self._insert_logits(tree, d.expansion, int(capacity), agree)
         else:
             t3 = perf_counter()
         t4 = perf_counter()
@@ -234,7 +241,7 @@ class RacerDrafter(Drafter):
         return place
 
     @staticmethod
-    def _insert_logits(tree: DraftTree, exp: Expansion, limit: int) -> list[int]:
+    def _insert_logits(tree: DraftTree, exp: Expansion, limit: int, agree: Any = ()) -> list[int]:
         """Insert the expansion in BFS order while there is room, then only merge (see the
         module note). Returns, per expansion node, its tree node or -1 when it did not fit."""
         place: list[int] = []
@@ -246,6 +253,8 @@ class RacerDrafter(Drafter):
                 if len(tree) < limit or child(at, tok) >= 0:
                     if par < 0 and exp.cold:  # sizing learns the cold row's acceptance apart
                         node = add(at, tok, "logits", rank, breadth=b, p_row=p, cold=1)
+                    elif par < 0 and tok in agree:
+                        node = add(at, tok, "logits", rank, breadth=b, p_row=p, agree=1)
                     else:
                         node = add(at, tok, "logits", rank, breadth=b, p_row=p)
             place.append(node)
