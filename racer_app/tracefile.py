@@ -31,7 +31,10 @@ FORMAT = "racer-studio-trace"
 #: 2: the sizer settings `skip_disturbed` and `calibrate` (version 1 sizers calibrated, disturbed or not).
 #: 3: the sizer setting `match_run` (earlier sizers judged every chain node alike).
 #: 4: the sizer setting `confidence` (earlier sizers did not judge nodes by the model's confidence in the root).
-VERSION = 4
+#: 5: the racer drafter setting `cold_agree` (earlier racer drafters did not mark the copy-logit entries
+#: the root's cold row agrees with) and the sizer setting `first_pass` (earlier sizers priced every
+#: tree at the measured curve).
+VERSION = 5
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
 
@@ -103,7 +106,7 @@ MAX_NODES = 4096
 MAX_STEPS = 16_384
 _OPTION_BOUNDS = {"capacity_automaton": (11, 100_000), "window": (2, 64), "topk": (1, 64), "chain_len": (1, 64)}
 _OPTION_CHOICES = {"breadth_rule": ("paper", "released"), "merge": ("merge", "half", "hard")}
-_OPTION_FLAGS = ("retrieval", "logits", "lookup_chain", "row_probs")
+_OPTION_FLAGS = ("retrieval", "logits", "lookup_chain", "row_probs", "cold_agree")
 
 
 def _check_replay_settings(drafter: Any, sizer: Any) -> None:
@@ -129,13 +132,19 @@ def _check_replay_settings(drafter: Any, sizer: Any) -> None:
     if sizer is None:
         return
     if not isinstance(sizer, dict) or not set(sizer) <= {"max_size", "pool_factor", "burst", "skip_disturbed", "calibrate",
-                                                           "match_run", "confidence"}:
+                                                           "match_run", "confidence", "first_pass"}:
         raise TraceFileError("the trace's sizer settings are not valid")
-    ms, pf = sizer.get("max_size"), sizer.get("pool_factor", 2)
+    ms, pf, fp = sizer.get("max_size"), sizer.get("pool_factor", 2), sizer.get("first_pass", 0)
     if (ms is not None and not (isinstance(ms, int) and 1 <= ms <= 1024)) or not (isinstance(pf, int) and 1 <= pf <= 8) \
+            or fp is not None and not (isinstance(fp, int) and not isinstance(fp, bool) and 0 <= fp <= 64) \
             or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate", "match_run",
                                                                                   "confidence")):
         raise TraceFileError("the trace's sizer settings are out of range")
+
+
+def _is_racer(method: Any) -> bool:
+    """Whether a drafter name is racer's drafter or one of its variants ("racer-nochain", ...)."""
+    return isinstance(method, str) and (method == "racer" or method.startswith("racer-"))
 
 
 def _need(d: dict[str, Any], key: str, kind: type) -> Any:
@@ -168,6 +177,11 @@ def trace_from_dict(d: Any) -> Trace:
             sizer = {**sizer, "match_run": False}
         if sizer is not None and version < 4:
             sizer = {**sizer, "confidence": False}
+        if sizer is not None and version < 5:
+            sizer = {**sizer, "first_pass": 0}
+        drafter = d.get("drafter")
+        if drafter is not None and version < 5 and _is_racer(drafter.get("method")):
+            drafter = {**drafter, "options": {**(drafter.get("options") or {}), "cold_agree": False}}
         turns = None
         raw_turns = d.get("turns") or []
         if raw_turns:
@@ -186,7 +200,7 @@ def trace_from_dict(d: Any) -> Trace:
                       model=str(d.get("model") or ""), settings=dict(d.get("settings") or {}),
                       detail_steps=min(int(d.get("detail_steps") or 0), len(steps)), stop_reason=d.get("stop_reason"),
                       summary=dict(d.get("summary") or {}), cost_curve=curve, turns=turns,
-                      drafter=d.get("drafter"), sizer=sizer, origin="file")
+                      drafter=drafter, sizer=sizer, origin="file")
         spans = d.get("spans")
         if isinstance(spans, list) and isinstance(d.get("span_steps"), list):
             trace._spans = ([(str(t), lab) for t, lab in spans], [int(k) for k in d["span_steps"]])

@@ -128,7 +128,7 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
                 cost_curve=CURVE, turns=[Turn(run.start, steps)],
                 drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
     d = json.loads(tracefile.save(old, tmp_path / "v3.json").read_text())
-    assert d["version"] == tracefile.VERSION == 4
+    assert d["version"] == tracefile.VERSION == 5
     d["version"] = 1
     del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"], d["sizer"]["match_run"], d["sizer"]["confidence"]
     (tmp_path / "v1.json").write_text(json.dumps(d))
@@ -145,3 +145,39 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
     with pytest.raises(ReplayError):
         for k in range(back.n):
             rep.before(k)
+
+
+def test_a_version_4_trace_replays_without_the_cold_row_agreement_it_did_not_have(tmp_path, own_cache):
+    # Version 4 racer drafters did not mark copy-logit entries the root's cold row agrees with; read
+    # as such, the file's drafter must not either, or its sizer would choose other trees.
+    from racer.coldrows import get_cold_rows
+    lm = tiny_lm(vocab=V, seed=3, max_context=1024)
+    rows = get_cold_rows(lm)
+    sizer = Sizer(CURVE)
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, cold_agree=False),
+                    DecodeConfig(max_new_tokens=60), sizer=sizer)
+    steps = list(run)
+    assert run.start.cold_rows
+    tok = TinyTokenizer(V)
+    old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
+                title="v4", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
+                cost_curve=CURVE, turns=[Turn(run.start, steps)],
+                drafter={"method": "racer", "options": {}, "vocab_size": V, "cold_rows": rows.key},
+                sizer=dict(sizer.settings))
+    d = json.loads(tracefile.save(old, tmp_path / "v5.json").read_text())
+    d["version"] = 4
+    (tmp_path / "v4.json").write_text(json.dumps(d))
+    back = tracefile.load(tmp_path / "v4.json")
+    assert back.drafter["options"] == {"cold_agree": False} and back.sizer["first_pass"] == 0
+    rep = back.replay()
+    for k in range(back.n):
+        rep.before(k)                    # ReplayError if the drafter drafted other trees
+    # Read as version 5 (the current default, agreement marked) it does not replay.
+    rep = tracefile.load(tmp_path / "v5.json").replay()
+    with pytest.raises(ReplayError):
+        for k in range(back.n):
+            rep.before(k)
+    # A version 5 file may carry the setting itself.
+    d["version"], d["drafter"]["options"] = 5, {"cold_agree": False}
+    (tmp_path / "v5b.json").write_text(json.dumps(d))
+    assert tracefile.load(tmp_path / "v5b.json").drafter["options"] == {"cold_agree": False}
