@@ -12,7 +12,7 @@ nodes of highest P (ancestors first on ties), so sizing is a sort and a prefix s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -347,6 +347,39 @@ MAX_TREE_COST = 2.0
 MIN_MAX_TREE = 8
 
 
+#: Rows one pass of racer's bfloat16 linear kernel takes (racer.cpu.linear: 8 rows of x per pass
+#: over a weight tile). Trees up to this size stream the weights once.
+FIRST_PASS_ROWS = 8
+#: What sizing charges a tree of T <= FIRST_PASS_ROWS nodes, at most, as a multiple of t(1):
+#: 1.015 + 0.005 T from T = 2 (1.02 at 2, 1.03 at 4, 1.05 at 8). The quiet-loop curve's low end
+#: read 1.05-1.19 t(1) at 8 nodes in runs on the same machine hours apart, and the low-probability
+#: nodes these sizes admit are accepted more often than sizing predicts (docs/PERFORMANCE.md §4.1,
+#: "How well sizing's P(node accepted) holds"). Priced this way the sizer kept about one more node
+#: a step: on Spec-Bench, 5 per category, MAT 2.611 against 2.542 and 1.038x the tokens/s of the
+#: measured curve (interleaved per question; docs/PERFORMANCE.md §4, "The first pass").
+_FIRST_PASS_PRICE = (1.0, 1.02, 1.025, 1.03, 1.035, 1.04, 1.045, 1.05)
+
+
+def first_pass_rows(curve: Any) -> int:
+    """FIRST_PASS_ROWS where `curve` was measured with racer's bfloat16 kernels on a CPU (the
+    kernel whose 8-row pass the price above is for), else 0 (the curve as measured)."""
+    key = getattr(curve, "key", None) or {}
+    bf16_kernels = (key.get("dtype") == "bfloat16" and key.get("device") == "cpu"
+                    and key.get("step_attention") == "racer" and str(key.get("kernel", "")).startswith("tiled"))
+    return FIRST_PASS_ROWS if bf16_kernels else 0
+
+
+def first_pass_priced(curve: Any, rows: int) -> Any:
+    """A copy of `curve` whose grid sizes up to `rows` cost at most `_FIRST_PASS_PRICE` times
+    t(1) at each context (sizes between grid points interpolate as before); `curve` itself when
+    `rows` is 0."""
+    if not rows:
+        return curve
+    ms = [[min(t, row[0] * _FIRST_PASS_PRICE[min(size, len(_FIRST_PASS_PRICE)) - 1]) if size <= rows else t
+           for size, t in zip(curve.sizes, row)] for row in curve.ms]
+    return replace(curve, ms=ms)
+
+
 def largest_tree(curve: Any) -> int:
     """The largest tree a sizer keeps on `curve` (`MAX_TREE_COST`, at least `MIN_MAX_TREE`)."""
     ts = curve.ts(max(curve.sizes), curve.contexts[0])
@@ -360,7 +393,7 @@ class Sizer:
 
     def __init__(self, curve: Any, max_size: int | None = None, pool_factor: int = 2, burst: bool = True,
                  skip_disturbed: bool = True, calibrate: bool = CALIBRATE, match_run: bool = True,
-                 confidence: bool = True) -> None:
+                 confidence: bool = True, first_pass: int | None = None) -> None:
         """`skip_disturbed`: learn the calibration and the overhead only from steps whose forward
         was not `disturbed`. Without it a busy machine shrinks the trees (beside a busy-loop
         process on one of two cores, "Extract to JSON" drafted 4.7-5.2 nodes a step instead of
@@ -372,12 +405,17 @@ class Sizer:
         (`run_bucket`); off, every chain node of a depth and rank shares one estimate.
         `confidence`: learn and judge every node by the model's confidence in the root
         (`conf_bucket`: the top-1 probability where the last forward fixed it, which `observe`
-        reads from the step's top-k probabilities); off, or where the step has none, one bucket."""
+        reads from the step's top-k probabilities); off, or where the step has none, one bucket.
+        `first_pass`: price trees of up to this many nodes by `first_pass_priced` (None: from the
+        curve, `first_pass_rows`; 0: the curve as measured). The measured curve still judges
+        whether a forward was disturbed."""
         self.curve = curve
+        first_pass = first_pass_rows(curve) if first_pass is None else int(first_pass)
+        self.priced = first_pass_priced(curve, first_pass)
         #: The arguments besides the curve, so a replay makes the same sizer (racer.replay).
         self.settings = {"max_size": max_size, "pool_factor": pool_factor, "burst": burst,
                          "skip_disturbed": skip_disturbed, "calibrate": calibrate, "match_run": match_run,
-                         "confidence": confidence}
+                         "confidence": confidence, "first_pass": first_pass}
         self.skip_disturbed, self.calibrate = skip_disturbed, calibrate
         self.max_size = max_size or largest_tree(curve)
         # Drafters propose a larger pool than can be verified, so that learned acceptance (not
@@ -403,8 +441,9 @@ class Sizer:
         # Every size sizing may choose, exploration's included.
         n = min(len(tree), max(self.max_size, self.explore_nodes + 1))
         curve = self.curve.ts(n, context_len)
-        # Predicted verify-forward ms: the cost curve scaled by this decoding's calibration.
-        costs = [c * f for c, f in zip(curve, self.calibration.factors(n))]
+        priced = curve if self.priced is self.curve else self.priced.ts(n, context_len)
+        # Predicted verify-forward ms: the (priced) cost curve scaled by this decoding's calibration.
+        costs = [c * f for c, f in zip(priced, self.calibration.factors(n))]
         # One ranking serves the choice, the exploration and E(T) (this runs at every step).
         ranked = rank_by_chance(probs)
         keep, expected, rates, by_size = _choose(probs, ranked, lambda T: costs[T - 1], self.overhead_ms,

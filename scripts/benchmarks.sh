@@ -62,9 +62,9 @@ fi
 if want smollm2 || want sweep; then fresh_curve default "$DT"; fi
 if want smollm2; then
   bench "smollm2-135m-specbench$PER-sizecap-$DT-$CPU-$DATE" --dtype "$DT" --data "$SPEC" --per-category "$PER" --round-robin \
-    --methods ar,tr,racer,racer@auto-cap64,racer-nochain,hf-pld --max-new-tokens "$SPEC_NEW"
+    --methods ar,tr,racer,racer@auto-measured,racer-nochain,hf-pld --max-new-tokens "$SPEC_NEW"
   bench "smollm2-135m-shipped-r3-sizecap-$DT-$CPU-$DATE" --dtype "$DT" --data assets/bench_prompts.jsonl --per-category 1 \
-    --methods ar,tr,racer,racer@auto-cap64,racer-nochain,hf-pld --repeats 3 --max-new-tokens 128
+    --methods ar,tr,racer,racer@auto-measured,racer-nochain,hf-pld --repeats 3 --max-new-tokens 128
 fi
 
 if want sweep; then

@@ -439,3 +439,38 @@ def test_the_largest_tree_follows_the_curve():
         at = long.add(at, tok, "lookup", 0, lookup=1, run=20)
     assert len(s.size(long, 16)) == 28
     assert Sizer(rising, max_size=64).pool_size == 128
+
+
+BF16_KEY = {"dtype": "bfloat16", "device": "cpu", "step_attention": "racer", "kernel": "tiled-abc-rows64"}
+
+
+def test_the_first_pass_is_priced_only_where_racers_bf16_kernels_measured_the_curve():
+    assert sizing.first_pass_rows(CostCurve([1, 8], [100], [[10.0, 12.0]], BF16_KEY)) == 8
+    for other in ({**BF16_KEY, "dtype": "float32"}, {**BF16_KEY, "step_attention": "torch"},
+                  {**BF16_KEY, "device": "NVIDIA H200"}, {**BF16_KEY, "kernel": "stock"}, {}):
+        assert sizing.first_pass_rows(CostCurve([1, 8], [100], [[10.0, 12.0]], other)) == 0
+
+
+def test_first_pass_pricing_lowers_the_small_sizes_and_leaves_the_rest():
+    curve = CostCurve([1, 2, 4, 8, 12, 16], [100, 1000], [[10.0, 11.0, 11.5, 12.0, 15.0, 18.0],
+                                                          [20.0, 20.1, 22.0, 25.0, 30.0, 36.0]], BF16_KEY)
+    priced = sizing.first_pass_priced(curve, 8)
+    assert priced.ms[0] == pytest.approx([10.0, 10.2, 10.3, 10.5, 15.0, 18.0])
+    assert priced.ms[1] == pytest.approx([20.0, 20.1, 20.6, 21.0, 30.0, 36.0])   # never dearer than measured
+    assert curve.ms[0][3] == 12.0 and sizing.first_pass_priced(curve, 0) is curve
+    assert priced.t(6, 100) == pytest.approx(10.4) and priced.t(10, 100) == pytest.approx(12.75)
+
+
+def test_a_sizer_pricing_the_first_pass_keeps_more_of_a_tree_and_judges_disturbance_by_the_measured_curve():
+    curve = CostCurve([1, 2, 4, 8, 16], [100], [[10.0, 10.8, 11.4, 13.0, 18.0]], BF16_KEY)
+    tree = DraftTree.root_only(1)
+    for i in range(3):
+        tree.add(0, 10 + i, "logits", i)
+    for i in range(12):                  # unlikely siblings (q 0.032 each by the priors)
+        tree.add(0, 30 + i, "logits", 4)
+    priced, measured = Sizer(curve), Sizer(curve, first_pass=0)
+    assert priced.settings["first_pass"] == 8 and measured.settings["first_pass"] == 0
+    a, b = priced.plan(tree, 100), measured.plan(tree, 100)
+    assert len(a.keep) > len(b.keep)
+    assert a.costs[len(a.keep) - 1] < a.curve_ms == pytest.approx(curve.t(len(a.keep), 100))
+    assert b.costs[len(b.keep) - 1] == pytest.approx(b.curve_ms)

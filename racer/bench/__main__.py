@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "finished) still covers every category alike")
     p.add_argument("--turns", choices=("all", "first"), default="all", help="all turns of each row, or the first only")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help=f"comma-separated, run interleaved in this order; known: {','.join(ALL_METHODS)}; a decode-loop method may fix its own capacity, e.g. racer@8,racer@auto (a capacity sweep in one run), or its sizer's settings, racer@auto-cal,racer@auto-nocal,racer@auto-norun,racer@auto-noconf,racer@auto-cap64")
+                   help=f"comma-separated, run interleaved in this order; known: {','.join(ALL_METHODS)}; a decode-loop method may fix its own capacity, e.g. racer@8,racer@auto (a capacity sweep in one run), or its sizer's settings, racer@auto-cal,racer@auto-nocal,racer@auto-norun,racer@auto-noconf,racer@auto-cap64,racer@auto-measured")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--capacity", default=None, help="draft tree size incl. the root, or 'auto' (default: the library's)")
     p.add_argument("--model", default="default",

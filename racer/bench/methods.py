@@ -324,7 +324,10 @@ SIZER_VARIANTS: dict[str, dict[str, Any]] = {"auto-cal": {"calibrate": True}, "a
                                               "auto-norun": {"match_run": False}, "auto-noconf": {"confidence": False},
                                               # Trees up to 64 nodes from a pool of 128 (before
                                               # racer.sizing.largest_tree capped them by the curve).
-                                              "auto-cap64": {"max_size": 64}}
+                                              "auto-cap64": {"max_size": 64},
+                                              # Every size at the curve's measured cost (before
+                                              # racer.sizing.first_pass_priced).
+                                              "auto-measured": {"first_pass": 0}}
 
 
 def get_method(spec: str | BenchMethod) -> BenchMethod:
@@ -332,7 +335,7 @@ def get_method(spec: str | BenchMethod) -> BenchMethod:
     method may fix its own capacity: `racer@8`, `tr@auto`, and its sizer's calibration:
     `racer@auto-cal`, `racer@auto-nocal` (an A/B of `Sizer(calibrate=...)` in one run), and
     `racer@auto-norun` (`Sizer(match_run=False)`), `racer@auto-noconf` (`Sizer(confidence=False)`),
-    `racer@auto-cap64` (`Sizer(max_size=64)`)."""
+    `racer@auto-cap64` (`Sizer(max_size=64)`), `racer@auto-measured` (`Sizer(first_pass=0)`)."""
     if isinstance(spec, BenchMethod):
         return spec
     if "@" in spec:
