@@ -46,8 +46,8 @@ _COLD_PRIOR = (0.18, 0.08, 0.05, 0.04, 0.03)
 #: not estimated (`AcceptanceModel.estimate`).
 NEGLIGIBLE = 1e-3
 #: A first-level copy-logit node whose token the root's cold row also ranks in its top 3: two
-#: views of the same root agreeing (measured on Spec-Bench: realised acceptance about twice that of
-#: the other first-level copy-logit nodes at the same rank).
+#: views of the same root agreeing (measured on Spec-Bench, 2 per category: such nodes at rank 1
+#: were accepted given their parent at 0.20 where sizing had put them at 0.09).
 _AGREE_PRIOR = (0.45, 0.2, 0.12, 0.07, 0.05)
 
 
@@ -350,14 +350,14 @@ MIN_MAX_TREE = 8
 #: Rows one pass of racer's bfloat16 linear kernel takes (racer.cpu.linear: 8 rows of x per pass
 #: over a weight tile). Trees up to this size stream the weights once.
 FIRST_PASS_ROWS = 8
-#: What sizing charges a tree of T <= FIRST_PASS_ROWS nodes, at most, as a multiple of t(1):
-#: 1.015 + 0.005 T from T = 2 (1.02 at 2, 1.03 at 4, 1.05 at 8). The quiet-loop curve's low end
-#: read 1.05-1.19 t(1) at 8 nodes in runs on the same machine hours apart, and the low-probability
+#: What sizing charges a tree of 2 <= T <= FIRST_PASS_ROWS nodes, at most, is t(1) times
+#: _FIRST_PASS_BASE + _FIRST_PASS_SLOPE * T (1.02 at 2, 1.03 at 4, 1.05 at 8). The quiet-loop
+#: curve's low end read 1.05-1.19 t(1) at 8 nodes in runs on the same machine hours apart, and the low-probability
 #: nodes these sizes admit are accepted more often than sizing predicts (docs/PERFORMANCE.md §4.1,
 #: "How well sizing's P(node accepted) holds"). Priced this way the sizer kept about one more node
 #: a step: on Spec-Bench, 5 per category, MAT 2.611 against 2.542 and 1.038x the tokens/s of the
 #: measured curve (interleaved per question; docs/PERFORMANCE.md §4, "The first pass").
-_FIRST_PASS_PRICE = (1.0, 1.02, 1.025, 1.03, 1.035, 1.04, 1.045, 1.05)
+_FIRST_PASS_BASE, _FIRST_PASS_SLOPE = 1.01, 0.005
 
 
 def first_pass_rows(curve: Any) -> int:
@@ -370,12 +370,12 @@ def first_pass_rows(curve: Any) -> int:
 
 
 def first_pass_priced(curve: Any, rows: int) -> Any:
-    """A copy of `curve` whose grid sizes up to `rows` cost at most `_FIRST_PASS_PRICE` times
-    t(1) at each context (sizes between grid points interpolate as before); `curve` itself when
-    `rows` is 0."""
+    """A copy of `curve` whose grid sizes 2..`rows` cost at most the first-pass price (above)
+    at each context (sizes between grid points interpolate as before); `curve` itself when `rows`
+    is 0."""
     if not rows:
         return curve
-    ms = [[min(t, row[0] * _FIRST_PASS_PRICE[min(size, len(_FIRST_PASS_PRICE)) - 1]) if size <= rows else t
+    ms = [[min(t, row[0] * (_FIRST_PASS_BASE + _FIRST_PASS_SLOPE * size)) if 2 <= size <= rows else t
            for size, t in zip(curve.sizes, row)] for row in curve.ms]
     return replace(curve, ms=ms)
 
