@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from racer.costcurve import CostCurve
+from racer.drafters import METHODS, takes_option
 from racer.records import StartRecord, StepRecord
 from racer.replay import Turn
 
@@ -111,7 +112,6 @@ _OPTION_FLAGS = ("retrieval", "logits", "lookup_chain", "row_probs", "cold_agree
 
 def _check_replay_settings(drafter: Any, sizer: Any) -> None:
     """TraceFileError unless the drafter and sizer settings are ones this app could have recorded."""
-    from racer.drafters import METHODS
     if drafter is None:
         return
     if not isinstance(drafter, dict) or drafter.get("method") not in METHODS:
@@ -140,11 +140,6 @@ def _check_replay_settings(drafter: Any, sizer: Any) -> None:
             or not all(isinstance(sizer.get(k, True), bool) for k in ("burst", "skip_disturbed", "calibrate", "match_run",
                                                                                   "confidence")):
         raise TraceFileError("the trace's sizer settings are out of range")
-
-
-def _is_racer(method: Any) -> bool:
-    """Whether a drafter name is racer's drafter or one of its variants ("racer-nochain", ...)."""
-    return isinstance(method, str) and (method == "racer" or method.startswith("racer-"))
 
 
 def _need(d: dict[str, Any], key: str, kind: type) -> Any:
@@ -180,7 +175,7 @@ def trace_from_dict(d: Any) -> Trace:
         if sizer is not None and version < 5:
             sizer = {**sizer, "first_pass": 0}
         drafter = d.get("drafter")
-        if drafter is not None and version < 5 and _is_racer(drafter.get("method")):
+        if drafter is not None and version < 5 and takes_option(drafter.get("method"), "cold_agree"):
             drafter = {**drafter, "options": {**(drafter.get("options") or {}), "cold_agree": False}}
         turns = None
         raw_turns = d.get("turns") or []

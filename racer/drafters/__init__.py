@@ -55,5 +55,11 @@ def make_drafter(method: str, **opts: Any) -> Drafter:
     return cls(**kwargs)
 
 
-__all__ = ["Drafter", "Verified", "METHODS", "make_drafter", "ARDrafter",
+def takes_option(method: str, option: str) -> bool:
+    """Whether `method`'s drafter has the setting `option` (False for an unknown method)."""
+    entry = _FACTORIES.get(method) if isinstance(method, str) else None
+    return entry is not None and option in inspect.signature(entry[0]).parameters
+
+
+__all__ = ["Drafter", "Verified", "METHODS", "make_drafter", "takes_option", "ARDrafter",
            "PLDDrafter", "RacerDrafter", "TokenRecyclingDrafter"]
