@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
+
+from .cpu.build import extension
+from .cpu.switches import ON
 
 RULES = ("paper", "released")
 
@@ -54,6 +58,7 @@ class CopyLogitStore:
         self._row_p: dict[int, list[float]] = {}
         #: The model's cold rows (racer.coldrows), read for a root that has no row of its own.
         self.cold: Any = None
+        self._tensors: tuple[Any, ...] | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -124,10 +129,22 @@ class CopyLogitStore:
             self.probs[toks, :w] = np.where(rows >= 0, probs[idx, :w], -1.0)
             if w < self.k:
                 self.probs[toks, w:] = -1.0
+        self.forget(toks)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The table and its probabilities as tensors sharing their memory (for racer's CPU kernel)."""
+        t = self._tensors
+        # The arrays are replaced only by `_grow`; `is` also catches a caller that swapped one.
+        if t is None or t[2] is not self.table or t[3] is not self.probs:
+            t = self._tensors = (torch.from_numpy(self.table), torch.from_numpy(self.probs), self.table, self.probs)
+        return t[0], t[1]
+
+    def forget(self, tokens: list[int]) -> None:
+        """Drop the cached lists of rows that were rewritten."""
         cache = self._rows
         if cache:
             pop, pop_p = cache.pop, self._row_p.pop
-            for t in toks:
+            for t in tokens:
                 pop(t, None)
                 pop_p(t, None)
 
@@ -206,6 +223,17 @@ def write_tree_rows(store: CopyLogitStore, tokens: list[int], topk: np.ndarray |
     if topk is None or not tokens:
         return
     n = len(tokens)
+    ops = _store_kernel()
+    if ops is not None and max(tokens) < store.vocab_size:
+        ids = np.asarray(topk)[:n]
+        p = None if probs is None else np.asarray(probs)[:n]
+        if ids.dtype == np.int64 and ids.ndim == 2 and ids.shape[0] == n and ids.flags.c_contiguous and (
+                p is None or (p.dtype == np.float32 and p.shape == ids.shape and p.flags.c_contiguous)):
+            t_table, t_probs = store.tensors()
+            written = ops.write_store_rows(t_table, t_probs, tokens, accepted, torch.from_numpy(ids),
+                                           None if p is None else torch.from_numpy(p))
+            store.forget(written)
+            return
     last: dict[int, int] = {}
     for i, t in enumerate(tokens):
         if t >= 0:
@@ -214,3 +242,9 @@ def write_tree_rows(store: CopyLogitStore, tokens: list[int], topk: np.ndarray |
         if 0 <= i < n and tokens[i] >= 0:
             last[tokens[i]] = i
     store._put(last, np.asarray(topk)[:n], None if probs is None else np.asarray(probs)[:n], n)
+
+
+def _store_kernel() -> Any:
+    """racer's CPU kernel that writes a verified tree's rows (csrc/store_rows.cpp), where it is
+    built and RACER_ROW_KERNEL is not 0; else None (numpy writes them)."""
+    return extension() if ON.rows else None

@@ -90,13 +90,15 @@ class DraftTree:
 
     def ancestor_matrix(self) -> np.ndarray:
         """Boolean T x T: row i is True at i and at every ancestor of i."""
+        # Rows as Python lists and one array at the end: this runs before every verify forward,
+        # and a numpy call per node cost more than the lists for any tree a step drafts.
         n = len(self.tokens)
-        anc = np.zeros((n, n), dtype=bool)
+        rows: list[list[bool]] = []
         for i, p in enumerate(self.parents):
-            if p >= 0:
-                anc[i] = anc[p]
-            anc[i, i] = True
-        return anc
+            row = rows[p].copy() if p >= 0 else [False] * n
+            row[i] = True
+            rows.append(row)
+        return np.array(rows, dtype=bool).reshape(n, n)
 
     def visibility(self, past_len: int) -> torch.Tensor:
         """(T, past + T) bool on the CPU: True where a node sees a key (the whole prefix, its own
@@ -124,8 +126,14 @@ class DraftTree:
             mask[0, 0].masked_fill_(q[:, None] - k[None, :] >= window, blocked)
         return mask
 
+    @staticmethod
+    def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """`attention_mask` (no window) from `visibility`'s result, on the CPU: 0 where a node
+        sees a key, the dtype's lowest value elsewhere."""
+        return torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+
     def position_ids(self, past_len: int, device: torch.device | str) -> torch.Tensor:
-        return _to((torch.tensor(self.depths, dtype=torch.long) + past_len).unsqueeze(0), device)
+        return _to(torch.tensor([[d + past_len for d in self.depths]], dtype=torch.long), device)
 
     def validate(self) -> None:
         """Raise if the structure is inconsistent (used by tests and the fuzzers)."""

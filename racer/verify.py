@@ -63,10 +63,14 @@ def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device:
         mask, pos = None, None
     else:
         layout = layout or FULL_ONLY
-        mask = layout.tree_mask(tree, past_len, dtype, device)
         pos = tree.position_ids(past_len, device)
-        if layout.window is None and isinstance(mask, torch.Tensor) and mask.device.type == "cpu":
-            know_visibility(mask, tree.visibility(past_len))
+        if layout.window is None and not layout.mixed and torch.device(device).type == "cpu":
+            # One visibility serves the mask and the step kernel, which then never reads the mask.
+            visible = tree.visibility(past_len)
+            mask = DraftTree.additive_mask(visible, dtype)
+            know_visibility(mask, visible)
+        else:
+            mask = layout.tree_mask(tree, past_len, dtype, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
     return out.logits[0]
 

@@ -114,6 +114,40 @@ def test_write_tree_rows_prefers_accepted_nodes():
     assert store.row(4) == [9, 9] and store.row(5) == [7, 7] and store.row(1) == [4, 0]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_store_kernel_writes_a_tree_s_rows_as_numpy_does(seed, monkeypatch):
+    """racer's CPU kernel (csrc/store_rows.cpp) against the numpy path, on random trees with
+    repeated tokens, missing ids (-1), no ids at some nodes, top-k wider and narrower than the
+    store, with and without probabilities; the cached row lists must follow the write."""
+    from racer.copylogit import _store_kernel
+    from racer.cpu.switches import ON
+
+    if _store_kernel() is None:
+        pytest.skip("racer's CPU kernels are not built here")
+    rng = np.random.default_rng(seed)
+    for trial in range(20):
+        k_store, k = int(rng.integers(1, 9)), int(rng.integers(1, 11))
+        n = int(rng.integers(1, 20))
+        tokens = [int(t) for t in rng.integers(-1, 30, n)]
+        topk = rng.integers(-1, 60, (n, k)).astype(np.int64)
+        probs = rng.random((n, k)).astype(np.float32) if trial % 3 else None
+        accepted = sorted({0, *map(int, rng.integers(-2, n + 2, int(rng.integers(0, 5))))})
+        init = rng.integers(-1, 64, (64, k_store)), rng.random((64, k_store)).astype(np.float32)
+        stores = []
+        for kernel in (True, False):
+            monkeypatch.setattr(ON, "rows", kernel)
+            store = CopyLogitStore(64, k_store)
+            store.write(np.arange(64), *init)
+            [(store.row(t), store.row_p(t)) for t in range(64)]  # cached lists the write must drop
+            write_tree_rows(store, tokens, topk, accepted, probs)
+            stores.append(store)
+        a, b = stores
+        np.testing.assert_array_equal(a.table, b.table)
+        np.testing.assert_array_equal(a.probs, b.probs)
+        assert [a.row(t) for t in range(64)] == [b.row(t) for t in range(64)]
+        assert [a.row_p(t) for t in range(64)] == [b.row_p(t) for t in range(64)]
+
+
 # ---------------------------------------------------------------------------- Token Recycling
 
 def template_paths() -> list[list[int]]:

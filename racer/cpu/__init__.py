@@ -12,6 +12,7 @@ after; each kernel family has one switch (racer.cpu.switches) and its own fallba
     layers.py     Llama-family decoder layers without transformers' module tree
     silu_mul      (csrc only) the MLP's silu(gate) * up in one bf16 call, used by layers.py
     rows.py       each logits row's argmax and top-k
+    hugepages.py  the weights' memory on 2 MiB pages
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import attention, layers, linear, norm
+from . import attention, hugepages, layers, linear, norm
 from .build import extension, source_tag, unavailable_reason
 from .switches import ON, Switches
 
@@ -62,6 +63,11 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
                      "node's logits equal the one-token forward's)")
     if asked == "auto" and kernel == "packed" and linear.tiled_unavailable_reason():
         notes.append(f"tiled linear kernel unavailable ({linear.tiled_unavailable_reason()})")
+    if device.type == "cpu":
+        # Last, once every copy the kernels keep exists.
+        huge = model.__dict__["_racer_huge_pages"] = hugepages.back_model(model)
+        if huge:
+            notes.append(f"weights on 2 MiB pages ({huge >> 20} MiB)")
     return notes
 
 
@@ -80,8 +86,9 @@ def signature(model: torch.nn.Module) -> dict[str, str]:
             "norm": "racer" if ON.norm and extension() is not None else "torch",
             "step_attention": "racer" if attention.step_kernel_available() else "torch",
             "rows": "racer" if ON.rows and extension() is not None else "torch",
-            "silu_mul": "racer" if ON.silu_mul and layers.silu_mul_count(model) else "torch"}
+            "silu_mul": "racer" if ON.silu_mul and layers.silu_mul_count(model) else "torch",
+            "pages": "2M" if model.__dict__.get("_racer_huge_pages") else "4K"}
 
 
 __all__ = ["ON", "Switches", "attention_implementation", "install", "signature", "extension", "unavailable_reason",
-           "attention", "layers", "linear", "norm"]
+           "attention", "hugepages", "layers", "linear", "norm"]

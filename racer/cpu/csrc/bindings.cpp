@@ -16,6 +16,9 @@ torch::Tensor rope_rows(const torch::Tensor& x, const torch::Tensor& cos, const 
 bool silu_mul_available();
 torch::Tensor silu_mul_bf16(const torch::Tensor& gu, int64_t inter);
 void compact_rows(const std::vector<torch::Tensor>& buffers, int64_t past, const std::vector<int64_t>& path);
+std::vector<int64_t> write_store_rows(torch::Tensor table, torch::Tensor table_p, const std::vector<int64_t>& tokens,
+                                      const std::vector<int64_t>& accepted, const torch::Tensor& topk,
+                                      const c10::optional<torch::Tensor>& probs);
 }  // namespace racer
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -35,5 +38,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "whether silu_mul_bf16 runs here (AVX512-BF16, PyTorch's SLEEF exp found)");
   m.def("silu_mul_bf16", &racer::silu_mul_bf16,
         "silu(gate) * up of a fused bfloat16 gate|up product, bit-identical to PyTorch's two ops (AVX512-BF16)");
+  m.def("write_store_rows", &racer::write_store_rows,
+        "write a verified tree's top-k rows into a copy-logit store's tables; returns the tokens written");
   m.def("topk_rows", &racer::topk_rows, "each row's k largest logits' ids, descending, and their softmax probabilities (AVX2)");
 }
