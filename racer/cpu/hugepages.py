@@ -11,11 +11,10 @@ the memory of the tensors a forward multiplies: MADV_HUGEPAGE, then MADV_COLLAPS
 moves the pages already there onto 2 MiB pages now instead of leaving it to khugepaged. Both
 keep the memory's contents as they are, so outputs do not change. The ranges are widened to
 whole 2 MiB pages (a tensor shares its first and last page with its neighbours), which keeps a
-few more megabytes resident. Measured on the default model in bfloat16 (2-core AMD EPYC with
-AVX512-BF16, two copies of the model in one process, forwards interleaved): a 1-token forward
-took 0.976 and an 8-node tree forward 0.972 of the time on 4 KiB pages; decoding Spec-Bench
-(2 per category, 256 tokens) ran 1.023x (`ar`) and 1.027x (`racer`) the tokens/s, outputs
-identical (docs/PERFORMANCE.md §3, "Huge pages").
+few more megabytes resident. Measured on the default model (2-core AMD EPYC with AVX512-BF16,
+the model loaded twice in one process, forwards interleaved: python -m racer.kernelbench.huge_pages):
+4 KiB / 2 MiB pages 1.01-1.03x in bfloat16 and 1.00-1.04x in float32 at 1-16 nodes
+(docs/PERFORMANCE.md §3). It speeds every method alike.
 
 Off with RACER_HUGE_PAGES=0; elsewhere than Linux, or where the kernel refuses, nothing changes.
 """

@@ -9,6 +9,8 @@ at run time (the kernel micro-benchmarks flip them to compare both paths in one 
     RACER_SILU_MUL=0        in racer's bfloat16 layer forward, PyTorch's silu and mul instead of racer's kernel
     RACER_ROW_KERNEL=0      each row's argmax / top-k on PyTorch, and the copy-logit store written by
                             numpy, instead of racer's kernels
+    RACER_HUGE_PAGES=0      the weights stay on the 4 KiB pages they were allocated on (racer.cpu.hugepages;
+                            read when a model is loaded)
 
 Every family falls back to PyTorch's own path where its kernel cannot run (no compiler, no AVX2,
 another device or dtype); the model's load notes say which ran.
