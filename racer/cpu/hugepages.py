@@ -7,8 +7,8 @@ system leaves huge pages to programs that ask (`/sys/kernel/mm/transparent_hugep
 set to `madvise`, as on this project's machines), PyTorch's allocations never get them.
 
 After the kernels have made their copies of the weights, `back_model` asks for huge pages over
-the memory of the tensors a forward multiplies: MADV_HUGEPAGE, then MADV_COLLAPSE (Linux 6.1+), which
-moves the pages already there onto 2 MiB pages now instead of leaving it to khugepaged. Both
+the memory of the tensors a forward multiplies: MADV_HUGEPAGE, then MADV_COLLAPSE (Linux 6.1+),
+which moves the pages already there onto 2 MiB pages now instead of leaving it to khugepaged. Both
 keep the memory's contents as they are, so outputs do not change. The ranges are widened to
 whole 2 MiB pages (a tensor shares its first and last page with its neighbours), which keeps a
 few more megabytes resident. Measured on the default model (2-core AMD EPYC with AVX512-BF16,
@@ -47,7 +47,8 @@ def _madvise() -> Any:
 def streamed_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     """The CPU tensors a forward of `model` multiplies: each decoder-layer plan's weights
     (racer.cpu.layers), and for every other linear layer the bfloat16 kernel's copy where it
-    keeps one, else its weight. The weights a plan or a copy replaced are left alone: nothing reads them."""
+    keeps one, else its weight. The weights a plan or a copy replaced are left alone: nothing
+    reads them."""
     plans = [p for p in (m.__dict__.get("_racer_plan") for m in model.modules()) if p is not None]
     planned = {id(lin) for p in plans for lin in p.linears}
     out: list[Any] = []
