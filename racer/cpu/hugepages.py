@@ -27,6 +27,8 @@ from typing import Any, Iterable
 
 import torch
 
+from .layers import plan_weights
+
 PAGE = 2 << 20
 _MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
 #: Tensors smaller than this are left alone (norm weights, biases): they are not what streams.
@@ -53,7 +55,7 @@ def streamed_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     planned = {id(lin) for p in plans for lin in p.linears}
     out: list[Any] = []
     for p in plans:
-        out += [w[0] if isinstance(w, tuple) else w for w in (p.w_qkv, p.w_o, p.w_gu, p.w_down)]
+        out += plan_weights(p)
     for m in model.modules():
         if isinstance(m, torch.nn.Linear) and id(m) not in planned:
             # oneDNN's reordered copies (`_racer_packed`) are opaque: their memory cannot be reached.

@@ -147,6 +147,12 @@ def _plan(layer: nn.Module) -> _Plan | None:
     return p
 
 
+def plan_weights(p: _Plan) -> list[torch.Tensor]:
+    """The tensors a plan's products multiply: in bfloat16 the packed copies, in float32 the
+    fused weights and the output and down projections' own."""
+    return [w[0] if isinstance(w, tuple) else w for w in (p.w_qkv, p.w_o, p.w_gu, p.w_down)]
+
+
 def _pack_plan(p: _Plan) -> None:
     """The bfloat16 plan's weights packed afresh from `p.sources`, stamped with the versions of
     the parameters they hold (a write in place into any of them moves its counter)."""

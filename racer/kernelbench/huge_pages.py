@@ -16,11 +16,16 @@ from .timing import ab_title, parse_args, print_table, time_forwards
 def main() -> None:
     args, sizes = parse_args(__doc__, repeats=60, sizes="1,4,8,16", dtype=True)
     variants = {}
-    for name, flag in (("4KiB", "0"), ("2MiB", "1")):
-        os.environ["RACER_HUGE_PAGES"] = flag
-        lm = load_model(args.model, device="cpu", dtype=args.dtype)
-        variants[name] = (lm, lambda: None)
-    os.environ.pop("RACER_HUGE_PAGES")
+    saved = os.environ.get("RACER_HUGE_PAGES")
+    try:
+        for name, flag in (("4KiB", "0"), ("2MiB", "1")):
+            os.environ["RACER_HUGE_PAGES"] = flag
+            variants[name] = (load_model(args.model, device="cpu", dtype=args.dtype), lambda: None)
+    finally:
+        if saved is None:
+            os.environ.pop("RACER_HUGE_PAGES", None)
+        else:
+            os.environ["RACER_HUGE_PAGES"] = saved
     huge = variants["2MiB"][0].model.__dict__.get("_racer_huge_pages", 0)
     if not huge:
         raise SystemExit("no memory went onto 2 MiB pages here (not Linux, huge pages off, or a kernel "
