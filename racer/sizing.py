@@ -120,40 +120,51 @@ class AcceptanceModel:
     def features(self, tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int = 0,
                  conf: int = -1) -> tuple[tuple, ...]:
         """Bucket keys from coarse to fine; each refines the one before it."""
+        fine = self._key(tree, node, sibling_freq, burst, conf)
+        return fine[:4], fine[:7], fine
+
+    def _key(self, tree: DraftTree, node: int, sibling_freq: dict[int, int], burst: int, conf: int) -> tuple:
+        """The finest bucket key: (source, depth, rank, run bucket) + (burst, probability bucket,
+        confidence) + (frequency share, border depth); `features` cuts the coarser ones from it."""
         src = tree.sources[node]
-        meta = tree.meta[node] if tree.meta else {}
-        if meta.get("lookup") and src != "lookup":  # also on racer's prompt-lookup chain
+        meta = tree.meta[node] if tree.meta else None
+        d, r = tree.depths[node], tree.ranks[node]
+        if not meta:  # most of a pool's copy-logit nodes carry only a probability; roots none
+            return (src, d if d < 6 else 6, r if r < 4 else 4, -1, burst, -1, conf, -1, -1)
+        get = meta.get
+        if get("lookup") and src != "lookup":  # also on racer's prompt-lookup chain
             src += "+lookup"
-        elif meta.get("cold"):  # from a cold row (racer.coldrows), not a row of this context
+        elif get("cold"):  # from a cold row (racer.coldrows), not a row of this context
             src = "cold"
-        elif self.agree and meta.get("agree") and src == "logits":
+        elif self.agree and get("agree") and src == "logits":
             src = "agree"
-        depth = min(tree.depths[node], 6)
-        rank = min(tree.ranks[node], 4)
         share_b = bd_b = -1
-        freq = meta.get("freq")
+        freq = get("freq")
         if freq is not None:
             total = sibling_freq.get(tree.parents[node], 0) or 1
             share_b = min(int(4 * freq / total), 3)
-            bd_b = min(int(meta.get("border_depth", 0)), 8) // 2
-        coarse = (src, depth, rank, run_bucket(meta.get("run")) if self.match_run else -1)
-        mid = coarse + (burst, p_bucket(meta.get("p_row")), conf)
-        return coarse, mid, mid + (share_b, bd_b)
+            bd_b = min(int(get("border_depth", 0)), 8) // 2
+        return (src, d if d < 6 else 6, r if r < 4 else 4, run_bucket(get("run")) if self.match_run else -1,
+                burst, p_bucket(get("p_row")), conf, share_b, bd_b)
 
     def _sibling_freq(self, tree: DraftTree) -> dict[int, int]:
         out: dict[int, int] = {}
-        for i in range(1, len(tree)):
-            f = tree.meta[i].get("freq") if tree.meta else None
+        if not tree.meta:
+            return out
+        parents = tree.parents
+        for i, m in enumerate(tree.meta):
+            f = m.get("freq") if i else None
             if f:
-                out[tree.parents[i]] = out.get(tree.parents[i], 0) + f
+                out[parents[i]] = out.get(parents[i], 0) + f
         return out
 
-    def _q(self, keys: tuple[tuple, ...]) -> float:
-        src, depth, rank, rb = keys[0]
-        burst, pb = keys[1][4:6]
+    def _q(self, fine: tuple) -> float:
+        """q for the finest key `fine` (`_key`): the prior shrunk by each level's counts, coarse to fine."""
+        src, depth, rank, rb, burst, pb = fine[:6]
         q = _prior(src, rank, depth, burst, pb, rb)
-        for key, weight in zip(keys, self.weights):
-            a, n = self.counts.get(key, (0.0, 0.0))
+        get, none = self.counts.get, (0.0, 0.0)
+        for key, weight in zip((fine[:4], fine[:7], fine), self.weights):
+            a, n = get(key, none)
             q = (a + weight * q) / (n + weight)
         return q
 
@@ -164,9 +175,20 @@ class AcceptanceModel:
         sib = self._sibling_freq(tree)
         p = [1.0] * len(tree)
         parents = tree.parents
+        key, q_of = self._key, self._q
+        # Nodes of one bucket share their q within a step (a pool of ~48 holds ~20 distinct buckets),
+        # and this runs before every forward.
+        memo: dict[tuple, float] = {}
         for i in range(1, len(tree)):
             up = p[parents[i]]
-            p[i] = up * self._q(self.features(tree, i, sib, burst, conf)) if up >= NEGLIGIBLE else 0.0
+            if up < NEGLIGIBLE:
+                p[i] = 0.0
+                continue
+            fine = key(tree, i, sib, burst, conf)
+            q = memo.get(fine)
+            if q is None:
+                q = memo[fine] = q_of(fine)
+            p[i] = up * q
         return p
 
     def update(self, tree: DraftTree, accepted: list[int], burst: int = 0, conf: int = -1) -> None:
@@ -185,7 +207,8 @@ class AcceptanceModel:
 
 def rank_by_chance(probs: list[float]) -> list[int]:
     """Candidate nodes (the root left out), most likely to be accepted first (ties: earlier node)."""
-    return sorted(range(1, len(probs)), key=lambda i: (-probs[i], i))
+    # A stable sort keeps equal chances in node order, descending too (`reverse` keeps stability).
+    return sorted(range(1, len(probs)), key=probs.__getitem__, reverse=True)
 
 
 def choose_size(probs: list[float], cost_ms: Callable[[int], float], overhead_ms: float = 0.0,
@@ -223,15 +246,15 @@ def prune(tree: DraftTree, keep: list[int], probs: list[float] | None = None) ->
     if len(keep) == len(tree):
         out = tree
     else:
+        # Lists taken whole rather than node by node through `add`: this runs before every forward.
         remap = {old: new for new, old in enumerate(keep)}
-        out = DraftTree.root_only(tree.tokens[0])
-        out.meta[0] = dict(tree.meta[0]) if tree.meta else {}
-        for old in keep[1:]:
-            parent = remap[tree.parents[old]]
-            meta = dict(tree.meta[old]) if tree.meta else {}
-            idx = out.add(parent, tree.tokens[old], tree.sources[old], tree.ranks[old], **meta)
-            assert idx == remap[old]
-        out.info = dict(tree.info)
+        tokens, parents = [tree.tokens[i] for i in keep], [remap.get(tree.parents[i], -1) for i in keep]
+        if keep[0] != 0 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
+            raise ValueError("prune: `keep` must be sorted, start at the root and hold every kept node's parent")
+        out = DraftTree(tokens, parents, [tree.sources[i] for i in keep], [tree.ranks[i] for i in keep],
+                        [tree.depths[i] for i in keep],
+                        [dict(tree.meta[i]) for i in keep] if tree.meta else [{} for _ in keep], dict(tree.info))
+        out._child = {(p, t): i for i, (p, t) in enumerate(zip(parents, tokens)) if i}
     if probs is not None:
         for new, old in enumerate(keep):
             out.meta[new]["p_accept"] = round(probs[old], 4)
@@ -443,7 +466,7 @@ class Sizer:
         curve = self.curve.ts(n, context_len)
         priced = curve if self.priced is self.curve else self.priced.ts(n, context_len)
         # Predicted verify-forward ms: the (priced) cost curve scaled by this decoding's calibration.
-        costs = [c * f for c, f in zip(priced, self.calibration.factors(n))]
+        costs = [c * f for c, f in zip(priced, self.calibration.factors(n))] if self.calibration.count else priced
         # One ranking serves the choice, the exploration and E(T) (this runs at every step).
         ranked = rank_by_chance(probs)
         keep, expected, rates, by_size = _choose(probs, ranked, lambda T: costs[T - 1], self.overhead_ms,

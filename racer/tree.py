@@ -66,7 +66,7 @@ class DraftTree:
         self.sources.append(source)
         self.ranks.append(int(rank))
         self.depths.append(self.depths[parent] + 1)
-        self.meta.append(dict(meta))
+        self.meta.append(meta)  # a fresh dict: `**meta` made it for this call
         self._child[(parent, token)] = idx
         return idx
 

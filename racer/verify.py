@@ -17,7 +17,9 @@ import torch
 
 from .architecture import AttentionLayout
 from .cpu.attention import know_visibility
+from .cpu.build import extension
 from .cpu.rows import argmax
+from .cpu.switches import ON
 from .tree import DraftTree
 
 FULL_ONLY = AttentionLayout()
@@ -56,15 +58,22 @@ def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device:
                  dtype: torch.dtype, layout: AttentionLayout | None = None) -> torch.Tensor:
     """Logits (T, V) at every tree node; appends T entries to `cache`. `layout` gives the
     model's layer types and sliding window (default: full attention everywhere)."""
-    ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
-    if tree.is_chain():
+    layout = layout or FULL_ONLY
+    chain = tree.is_chain()
+    ops = None if chain else _inputs_kernel(layout, device, dtype)
+    if ops is not None:
+        # One kernel call builds what the lines below build from a dozen numpy and torch calls.
+        ids, pos, visible, mask = ops.tree_inputs(tree.tokens, tree.parents, past_len, dtype)
+        know_visibility(mask, visible)
+    else:
+        ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+    if chain:
         # A chain is ordinary causal attention: let the model build its own (faster) masks, sliding
         # windows included (the cache keeps every key, so its positions are the context's).
         mask, pos = None, None
-    else:
-        layout = layout or FULL_ONLY
+    elif ops is None:
         pos = tree.position_ids(past_len, device)
-        if layout.window is None and not layout.mixed and torch.device(device).type == "cpu":
+        if _one_visibility(layout, device):
             # One visibility serves the mask and the step kernel, which then never reads the mask.
             visible = tree.visibility(past_len)
             mask = DraftTree.additive_mask(visible, dtype)
@@ -73,6 +82,19 @@ def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device:
             mask = layout.tree_mask(tree, past_len, dtype, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
     return out.logits[0]
+
+
+def _one_visibility(layout: AttentionLayout, device: torch.device | str) -> bool:
+    """Whether a tree's mask is its visibility alone: full attention in every layer, on the CPU."""
+    return layout.window is None and not layout.mixed and torch.device(device).type == "cpu"
+
+
+def _inputs_kernel(layout: AttentionLayout, device: torch.device | str, dtype: torch.dtype) -> Any:
+    """racer's CPU kernel that builds a tree's forward inputs (csrc/tree_inputs.cpp), where the mask
+    is the visibility alone, the kernel is built and RACER_ROW_KERNEL is not 0; else None."""
+    if not (ON.rows and dtype.is_floating_point and _one_visibility(layout, device)):
+        return None
+    return extension()
 
 
 def accept_greedy(tree: DraftTree, logits: torch.Tensor, best: list[int] | None = None) -> tuple[list[int], int]:

@@ -69,3 +69,47 @@ def test_registered_and_used_by_load_path():
     assert attention.register() == attention.NAME
     lm = tiny_lm()
     assert lm.model.config._attn_implementation == attention.NAME
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_inputs_kernel_builds_what_the_tree_builds(seed):
+    """racer's kernel for a tree's forward inputs (csrc/tree_inputs.cpp) against DraftTree's own
+    ids, positions, visibility and additive mask, bit for bit, for every floating dtype."""
+    from racer.cpu.build import extension
+    from racer.tree import DraftTree
+
+    ops = extension()
+    if ops is None:
+        pytest.skip("racer's CPU kernels are not built here")
+    rng = random.Random(seed)
+    for size in (1, 2, 5, 9, 24):
+        tree = random_tree(rng, rng.randrange(1000), size, 1000)
+        for past in (0, 1, 37):
+            for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+                ids, pos, visible, mask = ops.tree_inputs(tree.tokens, tree.parents, past, dtype)
+                want = tree.visibility(past)
+                assert ids.tolist() == [tree.tokens]
+                assert torch.equal(pos, tree.position_ids(past, "cpu"))
+                assert visible.dtype == torch.bool and torch.equal(visible, want)
+                assert mask.dtype == dtype and torch.equal(mask, DraftTree.additive_mask(want, dtype))
+                assert torch.equal(mask, tree.attention_mask(past, dtype, "cpu"))
+    with pytest.raises(RuntimeError, match="not topological"):
+        ops.tree_inputs([1, 2, 3], [-1, 2, 0], 4, torch.float32)
+    with pytest.raises(RuntimeError, match="floating mask dtype"):
+        ops.tree_inputs([1, 2], [-1, 0], 4, torch.int32)
+
+
+def test_tree_logits_are_the_same_with_the_inputs_kernel_and_without(monkeypatch):
+    from racer import verify
+    from racer.cpu.switches import ON
+
+    if verify._inputs_kernel(verify.FULL_ONLY, "cpu", torch.float32) is None:
+        pytest.skip("racer's CPU kernels are not built here")
+    calls = []
+    real = verify._inputs_kernel
+    monkeypatch.setattr(verify, "_inputs_kernel", lambda *a: calls.append(real(*a)) or calls[-1])
+    with_kernel = tree_logits("sdpa", 4, 2, 9)
+    assert calls and all(c is not None for c in calls)  # the tree's inputs came from the kernel
+    monkeypatch.setattr(ON, "rows", False)
+    assert verify._inputs_kernel(verify.FULL_ONLY, "cpu", torch.float32) is None
+    assert torch.equal(with_kernel, tree_logits("sdpa", 4, 2, 9))

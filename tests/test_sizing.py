@@ -61,6 +61,44 @@ def test_choice_is_ancestor_closed_and_prune_is_valid(seed):
     small.validate()
     for new, old in enumerate(keep):
         assert small.tokens[new] == tree.tokens[old] and small.sources[new] == tree.sources[old]
+        assert small.meta[new] == {**tree.meta[old], "p_accept": round(probs[old], 4)}
+        assert small.meta[new] is not tree.meta[old] or len(keep) == len(tree)
+        if new:
+            assert small.child(small.parents[new], small.tokens[new]) == new
+    if len(keep) > 1:
+        with pytest.raises(ValueError, match="parent"):
+            prune(tree, keep[1:])  # without the root
+    deep = [i for i in range(1, len(tree)) if tree.parents[i] > 0]
+    if deep:
+        with pytest.raises(ValueError, match="parent"):
+            prune(tree, [0, deep[0]])  # without its parent
+        with pytest.raises(ValueError, match="sorted"):
+            prune(tree, [0, deep[0], tree.parents[deep[0]]])  # a child before its parent
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_estimate_is_the_product_of_each_node_s_q_along_its_path(seed):
+    """`estimate` shares q between the nodes of one bucket; each node's P must still be the product
+    of `_q` of its own `features` along its path, in learned and unlearned buckets, every source,
+    chain runs, probabilities, cold and agreeing rows."""
+    rng = random.Random(seed)
+    tree = DraftTree.root_only(1)
+    while len(tree) < 60:
+        p = rng.randrange(len(tree))
+        meta = rng.choice([{}, {"freq": rng.randrange(1, 9), "border_depth": rng.randrange(6)},
+                           {"p_row": rng.random()}, {"lookup": 1, "run": rng.randrange(1, 30)},
+                           {"cold": 1, "p_row": rng.random()}, {"agree": 1, "p_row": rng.random()}])
+        tree.add(p, rng.randrange(30), rng.choice(["retrieval", "logits", "both", "lookup"]), rng.randrange(6), **meta)
+    model = AcceptanceModel()
+    for _ in range(30):
+        model.update(tree, tree.path_to(rng.randrange(len(tree))), rng.randrange(4), rng.randrange(-1, 4))
+    for burst, conf in ((0, -1), (2, 1), (3, 3)):
+        got = model.estimate(tree, burst, conf)
+        sib = model._sibling_freq(tree)
+        for i in range(1, len(tree)):
+            up = got[tree.parents[i]]
+            want = up * model._q(model.features(tree, i, sib, burst, conf)[-1]) if up >= sizing.NEGLIGIBLE else 0.0
+            assert got[i] == want
 
 
 def test_acceptance_model_learns():

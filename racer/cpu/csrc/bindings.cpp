@@ -19,6 +19,8 @@ void compact_rows(const std::vector<torch::Tensor>& buffers, int64_t past, const
 std::vector<int64_t> write_store_rows(torch::Tensor table, torch::Tensor table_p, const std::vector<int64_t>& tokens,
                                       const std::vector<int64_t>& accepted, const torch::Tensor& topk,
                                       const c10::optional<torch::Tensor>& probs);
+std::vector<torch::Tensor> tree_inputs(const std::vector<int64_t>& tokens, const std::vector<int64_t>& parents,
+                                       int64_t past, torch::ScalarType dtype);
 }  // namespace racer
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -40,5 +42,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "silu(gate) * up of a fused bfloat16 gate|up product, bit-identical to PyTorch's two ops (AVX512-BF16)");
   m.def("write_store_rows", &racer::write_store_rows,
         "write a verified tree's top-k rows into a copy-logit store's tables; returns the tokens written");
+  m.def("tree_inputs", &racer::tree_inputs,
+        "a draft tree's token ids, positions, visibility and additive mask for its verify forward");
   m.def("topk_rows", &racer::topk_rows, "each row's k largest logits' ids, descending, and their softmax probabilities (AVX2)");
 }
