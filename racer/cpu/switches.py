@@ -7,8 +7,9 @@ at run time (the kernel micro-benchmarks flip them to compare both paths in one 
     RACER_STEP_ATTENTION=0  bfloat16 attention on PyTorch's kernel instead of racer's step kernel
     RACER_FAST_LAYER=0      transformers' decoder-layer modules instead of racer's forward
     RACER_SILU_MUL=0        in racer's bfloat16 layer forward, PyTorch's silu and mul instead of racer's kernel
-    RACER_ROW_KERNEL=0      each row's argmax / top-k on PyTorch, and the copy-logit store written by
-                            numpy, instead of racer's kernels
+    RACER_ROW_KERNEL=0      each row's argmax / top-k on PyTorch, the copy-logit store written by
+                            numpy and a tree's forward inputs (ids, positions, mask) built by numpy
+                            and torch, instead of racer's kernels
     RACER_HUGE_PAGES=0      the weights stay on the 4 KiB pages they were allocated on (racer.cpu.hugepages;
                             read when a model is loaded)
 
