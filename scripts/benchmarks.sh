@@ -54,6 +54,7 @@ if want micro; then
   micro "decoder-layers-$DT" racer.kernelbench.decoder_layers --dtype "$DT" --context 600 --repeats 8 --sizes 1,2,4,8,16,32
   micro "switches-$DT" racer.kernelbench.switches --dtype "$DT" --context 600 --repeats 8 --sizes 1,4,8,16
   micro "huge-pages-$DT" racer.kernelbench.huge_pages --dtype "$DT" --context 300 --repeats 60 --sizes 1,4,8,16
+  micro "tree-inputs-$DT" racer.kernelbench.tree_inputs --dtype "$DT" --context 300 --repeats 150 --sizes 2,4,8,12,16
   micro "kv-caches-float32" racer.kernelbench.kv_caches --context 1000 --repeats 8 --sizes 1,2,4,8,16
   micro "dtypes" racer.kernelbench.dtypes --context 300 --repeats 8 --sizes 1,4,8,16,32,64
   # Where a decoding step's time goes, per method.
