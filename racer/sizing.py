@@ -251,10 +251,10 @@ def prune(tree: DraftTree, keep: list[int], probs: list[float] | None = None) ->
         tokens, parents = [tree.tokens[i] for i in keep], [remap.get(tree.parents[i], -1) for i in keep]
         if keep[0] != 0 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
             raise ValueError("prune: `keep` must be sorted, start at the root and hold every kept node's parent")
-        out = DraftTree(tokens, parents, [tree.sources[i] for i in keep], [tree.ranks[i] for i in keep],
-                        [tree.depths[i] for i in keep],
-                        [dict(tree.meta[i]) for i in keep] if tree.meta else [{} for _ in keep], dict(tree.info))
-        out._child = {(p, t): i for i, (p, t) in enumerate(zip(parents, tokens)) if i}
+        out = DraftTree.from_lists(tokens, parents, [tree.sources[i] for i in keep], [tree.ranks[i] for i in keep],
+                                   [tree.depths[i] for i in keep],
+                                   [dict(tree.meta[i]) for i in keep] if tree.meta else [{} for _ in keep],
+                                   dict(tree.info))
     if probs is not None:
         for new, old in enumerate(keep):
             out.meta[new]["p_accept"] = round(probs[old], 4)

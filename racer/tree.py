@@ -162,7 +162,13 @@ class DraftTree:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DraftTree":
-        t = cls(list(d["tokens"]), list(d["parents"]), list(d["sources"]), list(d["ranks"]),
-                list(d["depths"]), [dict(m) for m in d.get("meta") or [{} for _ in d["tokens"]]])
-        t._child = {(p, tok): i for i, (p, tok) in enumerate(zip(t.parents, t.tokens)) if p >= 0}
+        return cls.from_lists(list(d["tokens"]), list(d["parents"]), list(d["sources"]), list(d["ranks"]),
+                              list(d["depths"]), [dict(m) for m in d.get("meta") or [{} for _ in d["tokens"]]])
+
+    @classmethod
+    def from_lists(cls, tokens: list[int], parents: list[int], sources: list[str], ranks: list[int],
+                   depths: list[int], meta: list[dict[str, Any]], info: dict[str, Any] | None = None) -> "DraftTree":
+        """A tree on these lists as they are (not copied), with its child index built."""
+        t = cls(tokens, parents, sources, ranks, depths, meta, info if info is not None else {})
+        t._child = {(p, tok): i for i, (p, tok) in enumerate(zip(parents, tokens)) if p >= 0}
         return t

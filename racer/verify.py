@@ -58,30 +58,33 @@ def forward_tree(model: Any, cache: Any, tree: DraftTree, past_len: int, device:
                  dtype: torch.dtype, layout: AttentionLayout | None = None) -> torch.Tensor:
     """Logits (T, V) at every tree node; appends T entries to `cache`. `layout` gives the
     model's layer types and sliding window (default: full attention everywhere)."""
-    layout = layout or FULL_ONLY
-    chain = tree.is_chain()
-    ops = None if chain else _inputs_kernel(layout, device, dtype)
-    if ops is not None:
-        # One kernel call builds what the lines below build from a dozen numpy and torch calls.
-        ids, pos, visible, mask = ops.tree_inputs(tree.tokens, tree.parents, past_len, dtype)
-        know_visibility(mask, visible)
-    else:
-        ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
-    if chain:
-        # A chain is ordinary causal attention: let the model build its own (faster) masks, sliding
-        # windows included (the cache keeps every key, so its positions are the context's).
-        mask, pos = None, None
-    elif ops is None:
-        pos = tree.position_ids(past_len, device)
-        if _one_visibility(layout, device):
-            # One visibility serves the mask and the step kernel, which then never reads the mask.
-            visible = tree.visibility(past_len)
-            mask = DraftTree.additive_mask(visible, dtype)
-            know_visibility(mask, visible)
-        else:
-            mask = layout.tree_mask(tree, past_len, dtype, device)
+    ids, mask, pos = _inputs(tree, past_len, device, dtype, layout or FULL_ONLY)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
     return out.logits[0]
+
+
+def _inputs(tree: DraftTree, past_len: int, device: torch.device | str, dtype: torch.dtype,
+            layout: AttentionLayout) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The forward's token ids, attention mask and positions for `tree`."""
+    if tree.is_chain():
+        # A chain is ordinary causal attention: let the model build its own (faster) masks, sliding
+        # windows included (the cache keeps every key, so its positions are the context's).
+        return torch.tensor([tree.tokens], dtype=torch.long, device=device), None, None
+    if not _one_visibility(layout, device):
+        return (torch.tensor([tree.tokens], dtype=torch.long, device=device),
+                layout.tree_mask(tree, past_len, dtype, device), tree.position_ids(past_len, device))
+    ops = _inputs_kernel(layout, device, dtype)
+    if ops is not None:
+        # One kernel call builds what the lines below build from half a dozen numpy and torch calls.
+        ids, pos, visible, mask = ops.tree_inputs(tree.tokens, tree.parents, past_len, dtype)
+    else:
+        ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+        pos = tree.position_ids(past_len, device)
+        visible = tree.visibility(past_len)
+        mask = DraftTree.additive_mask(visible, dtype)
+    # One visibility serves the mask and the step kernel, which then never reads the mask.
+    know_visibility(mask, visible)
+    return ids, mask, pos
 
 
 def _one_visibility(layout: AttentionLayout, device: torch.device | str) -> bool:
