@@ -27,7 +27,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .drafters.pld import PLDDrafter
 from .drafters.racer import Draft, RacerDrafter
 from .replay import StepState, advance
 from .records import StepRecord
@@ -202,7 +201,8 @@ def logits_stage(d: RacerDrafter, draft: Draft, root: int, kept: list[int]) -> d
 def merge_stage(state: StepState, draft: Draft, sized: DraftTree, kept: list[int], plan: Any) -> dict[str, Any]:
     pool = draft.tree
     out: dict[str, Any] = {
-        "chain": {"tokens": [int(t) for t in draft.chain], "nodes": list(draft.chain_nodes), "match": draft.chain_match},
+        "chain": {"tokens": [int(t) for t in draft.chain], "nodes": list(draft.chain_nodes), "match": draft.chain_match,
+                  "run": draft.chain_run, "by_run": draft.chain_by_run},
         "pool": pool.to_dict(), "lookup": [bool(m.get("lookup")) for m in pool.meta],
         "kept": kept, "capacity": state.step.capacity, "chosen_T": len(sized), "auto": plan is not None,
     }
@@ -337,7 +337,7 @@ def redraft(state: StepState, v: Variant) -> DraftTree:
             d.lookup = None
         elif d.lookup is None:
             # The run had no chain (racer-nochain): the one racer's default would have had.
-            d.lookup = PLDDrafter(max_draft=16, periodic=True)
+            d.lookup = d.new_chain()
         if v.capacity == "auto":
             pool = d.draft(state.context, rec.root, rec.capacity or 1).tree
             if state.sizer is None:

@@ -13,7 +13,7 @@ pairwise colour difference under simulated protanopia, deuteranopia and tritanop
 * logits    orange #E69F00: the copy-logit table, the model's own earlier predictions; it is the
   opposite of blue on the colour wheel, so the two signals never read as one.
 * both      bluish green #009E73: retrieval and logits agreed; green sits between the two.
-* lookup    reddish purple #CC79A7: prompt lookup (text copied from the latest earlier occurrence).
+* lookup    reddish purple #CC79A7: prompt lookup (text copied from an earlier occurrence).
   It used to be sky blue, which read as a shade of retrieval.
 * template  yellow #F0E442: Token Recycling's fixed template tree; the palest hue, used only by
   that baseline.
@@ -58,7 +58,7 @@ SOURCE_NAMES: dict[str, str] = {
 SOURCE_LONG_NAMES: dict[str, str] = {
     **SOURCE_NAMES,
     "root": "root (the model's own token)",
-    "lookup": "prompt lookup (copied from the latest earlier occurrence)",
+    "lookup": "prompt lookup (copied from an earlier occurrence)",
     "template": "template tree (Token Recycling's fixed tree)",
 }
 

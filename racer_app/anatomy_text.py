@@ -120,7 +120,12 @@ def merge_md(a: dict[str, Any], decode: Decode) -> str:
     ch = m["chain"]
     parts = []
     if ch["match"] >= 0:
-        if ch["tokens"]:
+        if ch["tokens"] and ch.get("by_run"):
+            parts.append(f"**{term('Prompt lookup')}** looks at the latest earlier places where the last {ch['match']} "
+                         f"tokens and x0 occurred, takes the one whose text agrees furthest back "
+                         f"({_n(int(ch.get('run', 0)), 'token')}) and copies what came next: "
+                         f"{q(decode, ch['tokens'], 40)} ({_n(len(ch['tokens']), 'token')}).")
+        elif ch["tokens"]:
             parts.append(f"**{term('Prompt lookup')}** finds the latest earlier place where the last {ch['match']} "
                          f"token{'s' * (ch['match'] != 1)} and x0 occurred and copies what came next: "
                          f"{q(decode, ch['tokens'], 40)} ({_n(len(ch['tokens']), 'token')}).")

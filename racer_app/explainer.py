@@ -70,8 +70,9 @@ reads its **cold row** (the model's top 8 after that token alone, computed once 
 sizer learns to trust only as far as it holds.""",
     "merge": f"""#### 4 · One tree: prompt lookup, the merge and the sizer
 
-RACER Studio also adds a **{term('prompt lookup')}** chain (purple): the text after the latest earlier occurrence of
-the last few tokens, which can run longer than the automaton's 10-token window. All candidates go into one trie;
+RACER Studio also adds a **{term('prompt lookup')}** chain (purple): the text after an earlier occurrence of the last
+few tokens (of their latest few, the one whose text agrees furthest back), which can run longer than the automaton's
+10-token window. All candidates go into one trie;
 paths that two sources proposed merge (green, *both*). Then the **{term('sizer')}** keeps only the candidates worth
 their cost on this machine: it estimates how likely each is to be accepted and stops where the expected tokens per
 second peak.""",

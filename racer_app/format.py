@@ -354,7 +354,7 @@ def step_sentence(step: Any, decode_many: Callable[[list[int]], str], n_steps: i
         chain = int(info.get("chain_len", 0) or 0)
         if chain:
             n_new = int(info.get("n_lookup", 0))
-            parts.append(f"the prompt-lookup chain continued the latest earlier occurrence for {chain} "
+            parts.append(f"the prompt-lookup chain continued an earlier occurrence for {chain} "
                          f"token{'s' * (chain != 1)} ({n_new} not already proposed)")
         n_l = int(info.get("n_logits", 0))
         both = int(info.get("n_both", 0))

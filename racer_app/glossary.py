@@ -33,9 +33,10 @@ GLOSSARY: dict[str, str] = {
                   "The logits tree copies these rows: ‘what the model predicted here before’.",
     "breadth rule": "How many entries of a row the logits tree expands: the best entry gets the most children, "
                     "each next rank half as many.",
-    "prompt lookup": "Copy what followed the latest earlier occurrence of the last few tokens (a chain of up to 16 "
-                     "tokens). RACER adds this chain to its tree; transformers offers it alone as "
-                     "prompt_lookup_num_tokens.",
+    "prompt lookup": "Copy what followed an earlier occurrence of the last few tokens (a chain of up to 16 tokens, "
+                     "32 behind a long match). Plain prompt lookup copies the latest occurrence; RACER's chain "
+                     "copies the one whose text agrees furthest back, and adds it to its tree. transformers "
+                     "offers prompt lookup alone as prompt_lookup_num_tokens.",
     "merge": "Putting every source's candidates into one trie: a path two sources proposed becomes one branch "
              "(‘both’).",
     "sizer": "Chooses each step how many candidate nodes to verify: those the model is most likely to accept, as "

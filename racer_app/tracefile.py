@@ -35,7 +35,9 @@ FORMAT = "racer-studio-trace"
 #: 5: the racer drafter setting `cold_agree` (earlier racer drafters did not mark the copy-logit entries
 #: the root's cold row agrees with) and the sizer setting `first_pass` (earlier sizers priced every
 #: tree at the measured curve).
-VERSION = 5
+#: 6: the racer drafter settings `chain_pick` and `long_chain` (earlier racer drafters' chains copied
+#: the latest occurrence and stopped at `chain_len` tokens).
+VERSION = 6
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
 
@@ -105,8 +107,10 @@ MAX_VOCAB = 1 << 20
 MAX_NODES = 4096
 #: Steps a trace may ask the inspector to replay (a chat of 12 turns of 1,024 tokens is less).
 MAX_STEPS = 16_384
-_OPTION_BOUNDS = {"capacity_automaton": (11, 100_000), "window": (2, 64), "topk": (1, 64), "chain_len": (1, 64)}
-_OPTION_CHOICES = {"breadth_rule": ("paper", "released"), "merge": ("merge", "half", "hard")}
+_OPTION_BOUNDS = {"capacity_automaton": (11, 100_000), "window": (2, 64), "topk": (1, 64), "chain_len": (1, 64),
+                  "long_chain": (0, 64), "long_run": (1, 64)}
+_OPTION_CHOICES = {"breadth_rule": ("paper", "released"), "merge": ("merge", "half", "hard"),
+                   "chain_pick": ("recent", "run")}
 _OPTION_FLAGS = ("retrieval", "logits", "lookup_chain", "row_probs", "cold_agree")
 
 
@@ -177,6 +181,8 @@ def trace_from_dict(d: Any) -> Trace:
         drafter = d.get("drafter")
         if drafter is not None and version < 5 and takes_option(drafter.get("method"), "cold_agree"):
             drafter = {**drafter, "options": {**(drafter.get("options") or {}), "cold_agree": False}}
+        if drafter is not None and version < 6 and takes_option(drafter.get("method"), "chain_pick"):
+            drafter = {**drafter, "options": {"chain_pick": "recent", "long_chain": 0, **(drafter.get("options") or {})}}
         turns = None
         raw_turns = d.get("turns") or []
         if raw_turns:

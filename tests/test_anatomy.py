@@ -8,6 +8,7 @@ import torch
 
 from racer import anatomy as A
 from racer import DecodeConfig, DecodeRun, make_drafter
+from racer.drafters.pld import RUN_CANDIDATES, match_run
 from racer.replay import Replay, Turn
 from racer.sizing import Sizer
 from racer.tiny import tiny_lm
@@ -64,6 +65,7 @@ def test_the_match_walk_lands_on_the_borders(recorded):
 
 def test_stages_agree_with_the_recorded_step(recorded):
     steps, replay = recorded
+    seen_chain = False
     for k in forwarded(steps):
         rec = steps[k]
         a = A.anatomy(replay.before(k))
@@ -77,6 +79,20 @@ def test_stages_agree_with_the_recorded_step(recorded):
             assert c["kept"] == (c["node"] >= 0 and kept[c["node"]] >= 0)
         # the buckets sizing judged it by: the recorded tree says which
         assert (a["merge"]["burst"], a["merge"]["conf"]) == (rec.tree.info["burst"], rec.tree.info["conf"])
+        # the chain copies what followed the occurrence its run names, and the run is that
+        # occurrence's: no earlier occurrence of the n-gram among the latest few agrees further
+        ch = a["merge"]["chain"]
+        if ch["tokens"]:
+            ctx = replay.before(k).context
+            ends = [e for e in range(len(ctx)) if match_run(ctx, e, rec.root) >= ch["match"]]
+            runs = {e: match_run(ctx, e, rec.root) for e in ends}
+            if ch["by_run"]:
+                assert ch["run"] == max(runs[e] for e in ends[-RUN_CANDIDATES:])
+            else:
+                assert ch["run"] == runs[ends[-1]]
+            picked = [e for e in ends[-RUN_CANDIDATES:] if runs[e] == ch["run"]][-1]
+            assert ch["tokens"][:len(ctx) - picked - 1] == ctx[picked + 1:picked + 1 + len(ch["tokens"])]
+            seen_chain = True
         # 3: no node grows more children than its breadth; x0's row is read first
         lg = a["logits"]
         for i, n in enumerate(lg["nodes"]):
@@ -100,6 +116,7 @@ def test_stages_agree_with_the_recorded_step(recorded):
         # 7: every committed token's window is in the automaton afterwards
         u = a["update"]
         assert len(u["windows"]) == len(rec.committed)
+    assert seen_chain, "the repetitive prompt should give the prompt-lookup chain matches"
 
 
 def test_a_small_automaton_evicts_and_says_what(lm):

@@ -423,6 +423,56 @@ def test_periodic_lookup_continues_a_chain_that_runs_into_the_present():
     assert PLDDrafter(max_draft=10, periodic=True).propose(far, 6, 16).tokens[1:] == far[2:12]
 
 
+def test_lookup_by_run_copies_the_occurrence_that_agrees_furthest_back():
+    from racer.drafters.pld import RUN_CANDIDATES, match_run
+    # "1 2 3 4" then the root 5: an older occurrence agrees for 5 tokens and goes on with 6 7;
+    # the latest agrees for the 3-gram "3 4 5" alone and goes on with 8 9.
+    ctx = [1, 2, 3, 4, 5, 6, 7, 0, 3, 4, 5, 8, 9, 0, 1, 2, 3, 4]
+    recent = PLDDrafter(max_draft=4).propose(ctx, 5, 16)
+    assert recent.tokens[1:] == [8, 9, 0, 1] and recent.info["match_run"] == 3
+    d = PLDDrafter(max_draft=4, pick="run")
+    tree = d.propose(ctx, 5, 16)
+    assert tree.tokens[1:] == [6, 7, 0, 3] and tree.info["match_len"] == 3
+    assert tree.info["match_run"] == match_run(ctx, 4, 5) == 5
+    # A tie keeps the latest occurrence, as prompt lookup does.
+    tie = [7, 3, 4, 5, 6, 7, 3, 4, 5, 8, 9, 3, 4]
+    assert PLDDrafter(max_draft=2, pick="run").propose(tie, 5, 16).tokens[1:] == [8, 9]
+    # Only the latest RUN_CANDIDATES occurrences are compared: one older than those is not found.
+    far = [1, 2, 3, 4, 5, 6] + [0, 3, 4, 5, 8] * RUN_CANDIDATES + [1, 2, 3, 4]
+    assert PLDDrafter(max_draft=1, pick="run").propose(far, 5, 16).tokens[1:] == [8]
+    # Fed a token at a time (as decoding indexes its context), it finds the same occurrence.
+    d = PLDDrafter(max_draft=4, pick="run")
+    for n in range(1, len(ctx)):
+        d.propose(ctx[:n], ctx[n], 16)
+    assert d.propose(ctx, 5, 16).tokens[1:] == [6, 7, 0, 3]
+    with pytest.raises(ValueError, match="pick"):
+        PLDDrafter(pick="longest")
+
+
+def test_a_chain_behind_a_long_agreement_runs_to_long_draft():
+    passage = list(range(10, 70))
+    ctx = passage + [1] + passage[:20]              # the root passage[20] closes 21 agreeing tokens
+    d = PLDDrafter(max_draft=8, long_draft=24, long_run=16)
+    chain, n, run = d.chain(ctx, passage[20], 100)
+    assert (chain, n, run) == (passage[21:45], 3, 21)
+    assert d.chain(ctx, passage[20], 10)[0] == passage[21:31]    # room still bounds it
+    short = passage + [1] + passage[10:20]          # agrees 11 tokens back: below long_run
+    assert d.chain(short, passage[20], 100)[0] == passage[21:29]
+    assert PLDDrafter(max_draft=8).chain(ctx, passage[20], 100)[0] == passage[21:29]
+    assert d.chain([2, 3], 4, 100) == ([], 0, 0)
+
+
+def test_racer_chain_copies_by_run_unless_asked_for_the_latest():
+    ctx = [1, 2, 3, 4, 5, 6, 7, 0, 3, 4, 5, 8, 9, 0, 1, 2, 3, 4]
+    chains = {}
+    for pick in ("run", "recent"):
+        d = make_drafter("racer", vocab_size=16, chain_pick=pick)
+        d.start(ctx, 0, None)
+        tree = d.propose(ctx, 5, 12)
+        chains[pick] = [tree.tokens[i] for i in range(1, len(tree)) if tree.meta[i].get("lookup")][:2]
+    assert chains == {"run": [6, 7], "recent": [8, 9]}
+
+
 def test_store_keeps_row_probabilities_and_expansion_carries_them():
     s = CopyLogitStore(50, 4)
     s.write([1, 2], np.array([[2, 3, -1, -1], [4, 5, 6, -1]]),

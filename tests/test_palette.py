@@ -201,7 +201,7 @@ def test_html_legend_lists_every_source_in_plain_words():
     page = F.legend_html()
     for s in SOURCES:
         assert html.escape(P.SOURCE_LONG_NAMES[s]) in page
-    assert "prompt lookup (copied from the latest earlier occurrence)" in page
+    assert "prompt lookup (copied from an earlier occurrence)" in page
 
 
 def _legend(fig) -> list[str]:

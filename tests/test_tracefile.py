@@ -19,6 +19,9 @@ from racer_app import tracefile
 from racer_app.session import Trace
 from tests.test_replay import CURVE, PROMPT, V
 
+#: The chain of racer drafters before trace version 6.
+OLD_CHAIN = {"chain_pick": "recent", "long_chain": 0}
+
 
 @pytest.fixture(scope="module")
 def trace():
@@ -120,7 +123,8 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
             return 33.0 if calls[0] % 3 == 0 else 11.0
     monkeypatch.setattr(loop, "_ForwardClock", ScriptedClock)
     sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True, match_run=False, confidence=False)
-    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=60), sizer=sizer)
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, **OLD_CHAIN), DecodeConfig(max_new_tokens=60),
+                    sizer=sizer)
     steps = list(run)
     tok = TinyTokenizer(V)
     old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
@@ -128,7 +132,7 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
                 cost_curve=CURVE, turns=[Turn(run.start, steps)],
                 drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
     d = json.loads(tracefile.save(old, tmp_path / "v3.json").read_text())
-    assert d["version"] == tracefile.VERSION == 5
+    assert d["version"] == tracefile.VERSION == 6
     d["version"] = 1
     del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"], d["sizer"]["match_run"], d["sizer"]["confidence"]
     (tmp_path / "v1.json").write_text(json.dumps(d))
@@ -154,7 +158,7 @@ def test_a_version_4_trace_replays_without_the_cold_row_agreement_it_did_not_hav
     lm = tiny_lm(vocab=V, seed=3, max_context=1024)
     rows = get_cold_rows(lm)
     sizer = Sizer(CURVE)
-    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, cold_agree=False),
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, cold_agree=False, **OLD_CHAIN),
                     DecodeConfig(max_new_tokens=60), sizer=sizer)
     steps = list(run)
     assert run.start.cold_rows
@@ -168,11 +172,13 @@ def test_a_version_4_trace_replays_without_the_cold_row_agreement_it_did_not_hav
     d["version"] = 4
     (tmp_path / "v4.json").write_text(json.dumps(d))
     back = tracefile.load(tmp_path / "v4.json")
-    assert back.drafter["options"] == {"cold_agree": False} and back.sizer["first_pass"] == 0
+    assert back.drafter["options"] == {"cold_agree": False, **OLD_CHAIN} and back.sizer["first_pass"] == 0
     rep = back.replay()
     for k in range(back.n):
         rep.before(k)                    # ReplayError if the drafter drafted other trees
-    # Read as version 5 (the current default, agreement marked) it does not replay.
+    # Read as version 5 (agreement marked) it does not replay.
+    d["version"] = 5
+    (tmp_path / "v5.json").write_text(json.dumps(d))
     rep = tracefile.load(tmp_path / "v5.json").replay()
     with pytest.raises(ReplayError):
         for k in range(back.n):
@@ -180,4 +186,37 @@ def test_a_version_4_trace_replays_without_the_cold_row_agreement_it_did_not_hav
     # A version 5 file may carry the setting itself.
     d["version"], d["drafter"]["options"] = 5, {"cold_agree": False}
     (tmp_path / "v5b.json").write_text(json.dumps(d))
-    assert tracefile.load(tmp_path / "v5b.json").drafter["options"] == {"cold_agree": False}
+    assert tracefile.load(tmp_path / "v5b.json").drafter["options"] == {"cold_agree": False, **OLD_CHAIN}
+
+
+def test_a_version_5_trace_replays_with_the_chain_it_was_recorded_with(tmp_path):
+    # Version 5 racer drafters' chains copied the latest occurrence and stopped at 16 tokens. PROMPT
+    # repeats "5 6 7 8" with three continuations, so the two rules copy different occurrences.
+    lm = tiny_lm(vocab=V, seed=3, max_context=1024)
+    sizer = Sizer(CURVE)
+    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, **OLD_CHAIN), DecodeConfig(max_new_tokens=60),
+                    sizer=sizer)
+    steps = list(run)
+    tok = TinyTokenizer(V)
+    old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
+                title="v5", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
+                cost_curve=CURVE, turns=[Turn(run.start, steps)],
+                drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
+    d = json.loads(tracefile.save(old, tmp_path / "v6.json").read_text())
+    d["version"] = 5
+    (tmp_path / "v5.json").write_text(json.dumps(d))
+    back = tracefile.load(tmp_path / "v5.json")
+    assert back.drafter["options"] == OLD_CHAIN
+    rep = back.replay()
+    for k in range(back.n):
+        rep.before(k)                    # ReplayError if the drafter drafted other trees
+    # Read as version 6 (the current chain) it does not replay.
+    rep = tracefile.load(tmp_path / "v6.json").replay()
+    with pytest.raises(ReplayError):
+        for k in range(back.n):
+            rep.before(k)
+    # A file may name the chain settings itself; they are checked like any other.
+    d["version"], d["drafter"]["options"] = 6, {"chain_pick": "latest"}
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(tracefile.TraceFileError, match="chain_pick"):
+        tracefile.load(tmp_path / "bad.json")

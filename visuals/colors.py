@@ -8,7 +8,7 @@ the shared layout. Meanings:
 * **retrieval** — proposed by the Aho–Corasick automaton ("seen before in the context"): blue.
 * **logits**    — proposed by the copy-logit table ("what the model predicted last time"): orange.
 * **both**      — proposed by both signals (their paths merged in the tree): bluish green.
-* **lookup**    — prompt lookup, copied from the latest earlier occurrence: reddish purple.
+* **lookup**    — prompt lookup, copied from an earlier occurrence: reddish purple.
 * **template**  — Token Recycling's fixed template tree: yellow.
 * **accepted**  — the path the model agreed with (drawn thick and black).
 * **rejected**  — everything else in the tree (faded).

@@ -21,8 +21,11 @@ retrieval proposes nothing.
 lookup_chain (ours, not in the paper): the automaton's continuations end at its n-gram window
 (a match of depth d proposes at most N - d tokens) and are ranked by frequency, so a long
 passage the model is copying verbatim (code, extraction) is drafted a few tokens at a time.
-With lookup_chain the draft also gets prompt lookup's chain (the continuation after the most
-recent occurrence of the last 3/2/1 tokens, up to `chain_len`), merged into the same trie:
+With lookup_chain the draft also gets a prompt-lookup chain, merged into the same trie: the
+continuation after an earlier occurrence of the last 3/2/1 tokens, up to `chain_len` tokens. Of
+the last 3 tokens' latest occurrences it copies the one whose text agrees furthest back
+(`chain_pick="run"`; prompt lookup copies the latest, `"recent"`), and where that agreement
+reaches `long_run` tokens the chain runs to `long_chain`. Merged into the trie,
 where it repeats a node already there, that node is marked `lookup=1`; the rest are new
 "lookup" nodes. Where the matched occurrence is so recent that its continuation runs into the
 present, the chain keeps repeating the text since the match (PLDDrafter's `periodic`); plain
@@ -71,6 +74,10 @@ class Draft:
     chain: list[int] = field(default_factory=list)
     chain_nodes: list[int] = field(default_factory=list)
     chain_match: int = -1
+    #: How far back the chain's occurrence agrees with the text, the root included (0: no chain),
+    #: and whether it was chosen for that among several occurrences (else it is the latest).
+    chain_run: int = 0
+    chain_by_run: bool = False
     #: The copy-logit expansion, and the tree node of each of its nodes (-1: no room).
     expansion: Expansion | None = None
     logits_nodes: list[int] = field(default_factory=list)
@@ -83,8 +90,8 @@ class RacerDrafter(Drafter):
     def __init__(self, vocab_size: int = 1, capacity_automaton: int = 10_000, window: int = 10,
                  topk: int = 8, breadth_rule: str = "paper", merge: str = "merge",
                  retrieval: bool = True, logits: bool = True, lookup_chain: bool = True, chain_len: int = 16,
-                 row_probs: bool = True, cold_rows: bool = True, cold_agree: bool = True,
-                 name: str | None = None) -> None:
+                 chain_pick: str = "run", long_chain: int = 32, long_run: int = 16, row_probs: bool = True,
+                 cold_rows: bool = True, cold_agree: bool = True, name: str | None = None) -> None:
         if breadth_rule not in RULES:
             raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
         if merge not in MERGES:
@@ -108,10 +115,19 @@ class RacerDrafter(Drafter):
         # drafts from what the model predicts after it alone (racer.coldrows; ours, not in the paper).
         self.wants_cold_rows = self.logits and bool(cold_rows)
         self.cold_agree = bool(cold_agree)
-        self.lookup = PLDDrafter(max_draft=chain_len, periodic=True) if lookup_chain else None
+        # The chain copies the occurrence that agrees furthest back, and runs to `long_chain`
+        # tokens where that agreement is at least `long_run` (a passage being copied); both
+        # measured in docs/PERFORMANCE.md §4.1, "The chain's source".
+        self._chain = {"max_draft": chain_len, "periodic": True, "pick": chain_pick,
+                       "long_draft": long_chain, "long_run": long_run}
+        self.lookup = self.new_chain() if lookup_chain else None
         # How many context tokens the automaton has consumed, so `start` can catch up on
         # tokens committed without a verify step (e.g. a final pending root).
         self._fed = 0
+
+    def new_chain(self) -> PLDDrafter:
+        """A fresh prompt-lookup chain with this drafter's chain settings (whether or not it uses one)."""
+        return PLDDrafter(**self._chain)
 
     def use_cold_rows(self, rows: Any) -> None:
         if self.wants_cold_rows:
@@ -155,10 +171,9 @@ class RacerDrafter(Drafter):
         if d.continuations is not None:
             d.placed = self._insert_retrieval(tree, d.continuations, 1 + r_budget)
         if self.lookup is not None and budget > 0:
-            chain = self.lookup.propose(context, root, 1 + budget)
-            d.chain_match = int(chain.info.get("match_len", 0))
-            d.chain = chain.tokens[1:]
-            run = int(chain.info.get("match_run", 0))
+            d.chain, d.chain_match, run = self.lookup.chain(context, root, budget)
+            d.chain_run = run
+            d.chain_by_run = self.lookup.pick == "run" and d.chain_match == self.lookup.max_ngram
             at = 0
             for tok in d.chain:
                 if len(tree) > budget and tree.child(at, tok) < 0:
