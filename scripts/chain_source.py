@@ -62,6 +62,8 @@ def main() -> None:
     by_cat: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
         lambda: {r: collections.Counter() for r in RULES})
     positions = differ = 0
+    better = collections.Counter()      # where one of recent / run holds more of the answer
+    either8 = 0                         # the better of the two, within the next 8
     for row in rows:
         answer = answers.get((row.question_id, 1))
         if answer is None:
@@ -74,14 +76,18 @@ def main() -> None:
             got = {r: d.chain(context, root, 64)[0] for r, d in chains.items()}
             differ += got["recent"] != got["run"]
             positions += 1
-            for r, chain in got.items():
-                n = agreed(chain, future)
+            held = {r: agreed(chain, future) for r, chain in got.items()}
+            if held["run"] != held["recent"]:
+                better["run" if held["run"] > held["recent"] else "recent"] += 1
+            either8 += min(max(held["run"], held["recent"]), 8)
+            for r, n in held.items():
                 for w in WITHIN:
                     total[r][w] += min(n, w)
                     by_cat[row.category][r][w] += min(n, w)
                 by_cat[row.category][r]["n"] += 1
     print(f"{positions} answer positions of {len(answers)} `ar` turns ({args.run}); the `recent` and `run` "
-          f"chains differ at {differ}\n")
+          f"chains differ at {differ}; `run` holds more of the answer at {better['run']}, `recent` at "
+          f"{better['recent']}; the better of the two holds {either8 / positions:.3f} of the next 8\n")
     print("| rule | " + " | ".join(f"next {w}" for w in WITHIN) + " |")
     print("|---|" + "---:|" * len(WITHIN))
     for r in RULES:

@@ -471,6 +471,8 @@ def test_racer_chain_copies_by_run_unless_asked_for_the_latest():
         tree = d.propose(ctx, 5, 12)
         chains[pick] = [tree.tokens[i] for i in range(1, len(tree)) if tree.meta[i].get("lookup")][:2]
     assert chains == {"run": [6, 7], "recent": [8, 9]}
+    with pytest.raises(ValueError, match="chain_pick"):
+        make_drafter("racer", vocab_size=16, chain_pick="latest", lookup_chain=False)
 
 
 def test_store_keeps_row_probabilities_and_expansion_carries_them():

@@ -53,7 +53,7 @@ from ..automaton import Automaton, Continuations
 from ..copylogit import RULES, CopyLogitStore, Expansion, write_tree_rows
 from ..tree import DraftTree
 from .base import Drafter, Verified
-from .pld import PLDDrafter
+from .pld import PICKS, PLDDrafter
 
 MERGES = ("merge", "half", "hard")
 #: Most copy-logit rows listed in `tree.info["copy_rows"]` (pictures, not data).
@@ -96,6 +96,8 @@ class RacerDrafter(Drafter):
             raise ValueError(f"unknown breadth_rule {breadth_rule!r}; known: {RULES}")
         if merge not in MERGES:
             raise ValueError(f"unknown merge {merge!r}; known: {MERGES}")
+        if chain_pick not in PICKS:
+            raise ValueError(f"unknown chain_pick {chain_pick!r}; known: {PICKS}")
         if not (retrieval or logits):
             raise ValueError("RACER needs retrieval, logits or both")
         if name:
