@@ -39,6 +39,19 @@ def trace():
                  drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
 
 
+def recorded_as_file(lm, drafter, sizer: Sizer, path, **drafter_info) -> dict:
+    """A tiny run of PROMPT (60 new tokens) saved as a trace file, read back as a dict to edit."""
+    run = DecodeRun(lm, PROMPT, drafter, DecodeConfig(max_new_tokens=60), sizer=sizer)
+    steps = list(run)
+    tok = TinyTokenizer(V)
+    trace = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)),
+                  source="race", title=path.stem, model="tiny", settings={}, detail_steps=0,
+                  stop_reason=run.result.stop_reason, cost_curve=CURVE, turns=[Turn(run.start, steps)],
+                  drafter={"method": "racer", "options": {}, "vocab_size": V, **drafter_info},
+                  sizer=dict(sizer.settings))
+    return json.loads(tracefile.save(trace, path).read_text())
+
+
 def anatomies(tr: Trace) -> list:
     rep = tr.replay()
     return [A.anatomy(rep.before(k)) for k in range(tr.n)]
@@ -123,15 +136,7 @@ def test_a_version_1_trace_replays_with_the_sizer_it_was_recorded_with(tmp_path,
             return 33.0 if calls[0] % 3 == 0 else 11.0
     monkeypatch.setattr(loop, "_ForwardClock", ScriptedClock)
     sizer = Sizer(CURVE, skip_disturbed=False, calibrate=True, match_run=False, confidence=False)
-    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, **OLD_CHAIN), DecodeConfig(max_new_tokens=60),
-                    sizer=sizer)
-    steps = list(run)
-    tok = TinyTokenizer(V)
-    old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
-                title="v1", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
-                cost_curve=CURVE, turns=[Turn(run.start, steps)],
-                drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
-    d = json.loads(tracefile.save(old, tmp_path / "v3.json").read_text())
+    d = recorded_as_file(lm, make_drafter("racer", vocab_size=V, **OLD_CHAIN), sizer, tmp_path / "v3.json")
     assert d["version"] == tracefile.VERSION == 6
     d["version"] = 1
     del d["sizer"]["skip_disturbed"], d["sizer"]["calibrate"], d["sizer"]["match_run"], d["sizer"]["confidence"]
@@ -157,18 +162,9 @@ def test_a_version_4_trace_replays_without_the_cold_row_agreement_it_did_not_hav
     from racer.coldrows import get_cold_rows
     lm = tiny_lm(vocab=V, seed=3, max_context=1024)
     rows = get_cold_rows(lm)
-    sizer = Sizer(CURVE)
-    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, cold_agree=False, **OLD_CHAIN),
-                    DecodeConfig(max_new_tokens=60), sizer=sizer)
-    steps = list(run)
-    assert run.start.cold_rows
-    tok = TinyTokenizer(V)
-    old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
-                title="v4", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
-                cost_curve=CURVE, turns=[Turn(run.start, steps)],
-                drafter={"method": "racer", "options": {}, "vocab_size": V, "cold_rows": rows.key},
-                sizer=dict(sizer.settings))
-    d = json.loads(tracefile.save(old, tmp_path / "v5.json").read_text())
+    d = recorded_as_file(lm, make_drafter("racer", vocab_size=V, cold_agree=False, **OLD_CHAIN), Sizer(CURVE),
+                         tmp_path / "v5.json", cold_rows=rows.key)
+    assert d["turns"][0]["start"]["cold_rows"]
     d["version"] = 4
     (tmp_path / "v4.json").write_text(json.dumps(d))
     back = tracefile.load(tmp_path / "v4.json")
@@ -193,16 +189,7 @@ def test_a_version_5_trace_replays_with_the_chain_it_was_recorded_with(tmp_path)
     # Version 5 racer drafters' chains copied the latest occurrence and stopped at 16 tokens. PROMPT
     # repeats "5 6 7 8" with three continuations, so the two rules copy different occurrences.
     lm = tiny_lm(vocab=V, seed=3, max_context=1024)
-    sizer = Sizer(CURVE)
-    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V, **OLD_CHAIN), DecodeConfig(max_new_tokens=60),
-                    sizer=sizer)
-    steps = list(run)
-    tok = TinyTokenizer(V)
-    old = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)), source="race",
-                title="v5", model="tiny", settings={}, detail_steps=0, stop_reason=run.result.stop_reason,
-                cost_curve=CURVE, turns=[Turn(run.start, steps)],
-                drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
-    d = json.loads(tracefile.save(old, tmp_path / "v6.json").read_text())
+    d = recorded_as_file(lm, make_drafter("racer", vocab_size=V, **OLD_CHAIN), Sizer(CURVE), tmp_path / "v6.json")
     d["version"] = 5
     (tmp_path / "v5.json").write_text(json.dumps(d))
     back = tracefile.load(tmp_path / "v5.json")
