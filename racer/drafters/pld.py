@@ -70,6 +70,10 @@ class PLDDrafter(Drafter):
               topk_p: np.ndarray | None = None) -> None:
         self.reset()
 
+    def by_run(self, n: int) -> bool:
+        """Whether a match of an `n`-gram picks its occurrence by how far back it agrees."""
+        return self.pick == "run" and n == self.max_ngram
+
     def _index(self, context: list[int]) -> None:
         top = self.max_ngram if self.pick == "run" else 0
         for end in range(self._indexed, len(context)):
@@ -112,7 +116,7 @@ class PLDDrafter(Drafter):
             if end is None:
                 continue
             run = -1
-            if n == self.max_ngram and self.pick == "run":
+            if self.by_run(n):
                 for e in reversed(self._ends[key]):  # latest first: a tie keeps the latest
                     r = match_run(context, e, root)
                     if r > run:

@@ -175,7 +175,7 @@ class RacerDrafter(Drafter):
         if self.lookup is not None and budget > 0:
             d.chain, d.chain_match, run = self.lookup.chain(context, root, budget)
             d.chain_run = run
-            d.chain_by_run = self.lookup.pick == "run" and d.chain_match == self.lookup.max_ngram
+            d.chain_by_run = self.lookup.by_run(d.chain_match)
             at = 0
             for tok in d.chain:
                 if len(tree) > budget and tree.child(at, tok) < 0:
