@@ -118,7 +118,10 @@ def test_page_loads_on_the_default_model(page):
     shot(page, "laptop-01-start")
 
 
-def test_race_runs_to_the_end(page):
+@pytest.fixture(scope="module")
+def raced(page):
+    """The page after one race of RACE_TOKENS tokens at a fixed tree size: the inspector, the
+    anatomy, the what-if and the trace tests read its traces, so each of them also runs alone."""
     tab(page, "Settings")
     page.get_by_role("radio", name="fixed").check()          # a fresh machine would first measure its cost curve for "auto"
     set_number(page, "Max new tokens", str(RACE_TOKENS))
@@ -129,6 +132,12 @@ def test_race_runs_to_the_end(page):
     sync_api.expect(page.locator("#prompt textarea")).to_have_value(re.compile("celsius"))
     page.locator("#run").click()
     page.locator("#race-status").get_by_text(re.compile("Finished")).wait_for(timeout=600_000)
+    return page
+
+
+def test_race_runs_to_the_end(raced):
+    page = raced
+    tab(page, "Race")
     for m in ("racer", "ar", "tr"):
         stats = page.locator(f"#stats-{m}").inner_text()
         n = int(re.search(r"(\d+)\s*tokens", stats).group(1))
@@ -139,7 +148,8 @@ def test_race_runs_to_the_end(page):
     shot(page, "laptop-02-race")
 
 
-def test_inspector_slider_changes_the_tree(page):
+def test_inspector_slider_changes_the_tree(raced):
+    page = raced
     tab(page, "Step inspector")
     page.locator("#insp-header").get_by_text("Inspecting").wait_for()
     page.get_by_text("Draft tree of step 1").first.wait_for()
@@ -164,8 +174,9 @@ def test_inspector_slider_changes_the_tree(page):
 STAGES = ("Match", "Retrieval", "Logits", "Merge & size", "Tree attention", "Verify", "Update")
 
 
-def test_anatomy_walks_all_seven_stages_of_a_raced_step(page):
+def test_anatomy_walks_all_seven_stages_of_a_raced_step(raced):
     """The race's RACER trace (a real-model run): step 2 taken apart stage by stage."""
+    page = raced
     tab(page, "Step inspector")
     page.locator("#insp-header").get_by_text("the last race").wait_for()
     box = page.locator("#step-slider input[type=number]")
@@ -188,7 +199,9 @@ def test_anatomy_walks_all_seven_stages_of_a_raced_step(page):
     page.locator("#stage-text").get_by_text(re.compile(r"^6 ·")).wait_for()
 
 
-def test_every_what_if_answers(page):
+def test_every_what_if_answers(raced):
+    page = raced
+    tab(page, "Step inspector")
     page.get_by_role("tab", name="What if?").click()
     answer = page.locator("#wi-text")
     answer.get_by_text("would have committed").wait_for()
@@ -212,7 +225,9 @@ def test_every_what_if_answers(page):
     shot(page, "laptop-08-what-if")
 
 
-def test_a_trace_exports_and_loads_back(page, tmp_path):
+def test_a_trace_exports_and_loads_back(raced, tmp_path):
+    page = raced
+    tab(page, "Step inspector")
     page.locator("#trace-acc").get_by_text("Traces:").click()
     page.locator("#trace-export").click()
     link = page.locator("#trace-file a").first
