@@ -38,6 +38,16 @@ CONTEXTS = (128, 512, 1536)
 #: Prompt lengths whose prefill `get_cost_curve` times (those below the model's context; the app
 #: takes prompts up to 2048 tokens on a CPU): about 15 s on a 2-core CPU, most of it the longest.
 PREFILL_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+#: `get_cost_curve` times rounds over all sizes until STEADY_ROUNDS rounds in a row lowered no
+#: size's fastest time by more than STEADY_GAIN (at least 5, at most MAX_ROUNDS a context). Five
+#: rounds take about 7 s here, and a busy 7 s bends the curve: load slows the one-token forward,
+#: which streams memory, more than the compute-bound large trees, so the curve's low end flattens
+#: and sizing keeps larger trees than pay. Measured on a 2-core AVX512-BF16 CPU in a busy hour:
+#: two 5-round curves read t(1) = 13.6 and 13.8 ms and t(16)/t(1) = 1.38 and 1.46, two 25-round
+#: ones 12.3 and 10.6 ms and 1.50 and 1.82; the benchmark group's 5-round curve of that hour (t(1)
+#: 15.9, flat to 8 nodes) sized racer to 9.6 nodes a step against 8.2 and ran 1.6 % slower than
+#: by a 25-round one (docs/PERFORMANCE.md §4, "The curve's rounds").
+STEADY_ROUNDS, STEADY_GAIN, MAX_ROUNDS = 5, 0.02, 25
 
 
 @dataclass
@@ -158,9 +168,11 @@ def random_tree(rng: random.Random, size: int, vocab: int) -> DraftTree:
 @torch.inference_mode()
 def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = CONTEXTS,
             repeats: int = 5, progress: Callable[[str], None] | None = None,
-            prefill: tuple[int, ...] = ()) -> CostCurve:
+            prefill: tuple[int, ...] = (), max_rounds: int | None = None) -> CostCurve:
     """Time tree forwards of each size at each context (and, with `prefill`, the prefill of
-    prompts of those lengths)."""
+    prompts of those lengths): `repeats` timed rounds, or with `max_rounds` more, until the
+    fastest times hold steady (STEADY_ROUNDS, STEADY_GAIN) or `max_rounds` rounds were timed."""
+    most = max(repeats, max_rounds or repeats)
     sizes = sizes or (GPU_SIZES if lm.device.type == "cuda" else CPU_SIZES)
     contexts = tuple(c for c in contexts if c + max(sizes) < lm.max_context) or (min(64, lm.max_context // 2),)
     rng = random.Random(0)
@@ -174,10 +186,14 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
         # Rounds over all sizes (not one size at a time): a burst of load from elsewhere then
         # spreads over the sizes instead of inflating one of them, which would bend the
         # curve's shape -- and the shape (t(T)/t(1)) is what sizing decides on.
-        for r in range(repeats + 1):
+        best: list[float] = []
+        steady = 0   # rounds in a row that lowered no size's fastest time by more than STEADY_GAIN
+        for r in range(most + 1):
+            if r > repeats and steady >= STEADY_ROUNDS:
+                break
             if progress:
-                progress(f"measuring the cost curve: context {ctx}, round {r + 1}/{repeats + 1} "
-                         f"({ci * (repeats + 1) + r + 1}/{(repeats + 1) * len(contexts)})")
+                progress(f"measuring the cost curve: context {ctx} ({ci + 1} of {len(contexts)}), round {r + 1} "
+                         f"of {repeats + 1}" + (f" to {most + 1}, until the times hold steady" if most > repeats else ""))
             for si, size in enumerate(sizes):
                 tree = random_tree(rng, size, vocab) if size > 1 else DraftTree.root_only(rng.randrange(vocab))
                 if lm.device.type == "cuda":
@@ -189,6 +205,10 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                 cache.crop(-size)
                 if r:  # the first round warms the kernels for every shape
                     times[si].append(dt)
+            if r:
+                now = [min(t) for t in times]
+                lowered = not best or any(n < b * (1 - STEADY_GAIN) for n, b in zip(now, best))
+                steady, best = (0 if lowered else steady + 1), now
         # Interference from other processes only ever adds time: the minimum is the
         # machine's own cost.
         row = [min(t) for t in times]
@@ -246,7 +266,7 @@ def get_cost_curve(lm: LoadedModel, remeasure: bool = False,
         except (ValueError, TypeError):
             curve = None
     if curve is None:
-        curve = measure(lm, progress=progress, prefill=PREFILL_TOKENS)
+        curve = measure(lm, progress=progress, prefill=PREFILL_TOKENS, max_rounds=MAX_ROUNDS)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
