@@ -182,11 +182,12 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
         cache = new_cache(lm.model)
         lm.model(input_ids=torch.tensor([[rng.randrange(vocab) for _ in range(ctx)]], device=lm.device),
                  cache=cache, use_cache=True, logits_to_keep=1)
-        times: list[list[float]] = [[] for _ in sizes]
+        # Interference from other processes only ever adds time: each size's fastest forward is
+        # the machine's own cost.
+        best = [float("inf")] * len(sizes)
         # Rounds over all sizes (not one size at a time): a burst of load from elsewhere then
         # spreads over the sizes instead of inflating one of them, which would bend the
         # curve's shape -- and the shape (t(T)/t(1)) is what sizing decides on.
-        best: list[float] = []
         steady = 0   # rounds in a row that lowered no size's fastest time by more than STEADY_GAIN
         for r in range(most + 1):
             if r > repeats and steady >= STEADY_ROUNDS:
@@ -194,6 +195,7 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
             if progress:
                 progress(f"measuring the cost curve: context {ctx} ({ci + 1} of {len(contexts)}), round {r + 1} "
                          f"of {repeats + 1}" + (f" to {most + 1}, until the times hold steady" if most > repeats else ""))
+            lowered = False
             for si, size in enumerate(sizes):
                 tree = random_tree(rng, size, vocab) if size > 1 else DraftTree.root_only(rng.randrange(vocab))
                 if lm.device.type == "cuda":
@@ -204,14 +206,11 @@ def measure(lm: LoadedModel, sizes: tuple[int, ...] | None = None, contexts: tup
                 dt = (time.perf_counter() - t0) * 1e3
                 cache.crop(-size)
                 if r:  # the first round warms the kernels for every shape
-                    times[si].append(dt)
+                    lowered = lowered or dt < best[si] * (1 - STEADY_GAIN)
+                    best[si] = min(best[si], dt)
             if r:
-                now = [min(t) for t in times]
-                lowered = not best or any(n < b * (1 - STEADY_GAIN) for n, b in zip(now, best))
-                steady, best = (0 if lowered else steady + 1), now
-        # Interference from other processes only ever adds time: the minimum is the
-        # machine's own cost.
-        row = [min(t) for t in times]
+                steady = 0 if lowered else steady + 1
+        row = best
         # Larger trees never cost less; enforce it so one noisy point cannot mislead sizing.
         for si in range(1, len(row)):
             row[si] = max(row[si], row[si - 1])

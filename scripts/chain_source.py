@@ -30,15 +30,6 @@ RULES = {"recent": {"pick": "recent"}, "run": {"pick": "run"}, "run+long": {"pic
 WITHIN = (4, 8, 16, 32)
 
 
-def agreed(chain: list[int], future: list[int]) -> int:
-    n = 0
-    for a, b in zip(chain, future):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a benchmark run folder whose results.jsonl has `ar`")
@@ -50,7 +41,7 @@ def main() -> None:
     from racer.bench.data import load_rows
     from racer.drafters.pld import PLDDrafter
     from racer.models import load_model
-    from racer.prompting import build_input_ids
+    from racer.prompting import build_input_ids, common_prefix
 
     results = [json.loads(line) for line in open(Path(args.run) / "results.jsonl", encoding="utf-8")]
     answers = {(r["question_id"], r["turn"]): r["token_ids"] for r in results if r["method"] == "ar"}
@@ -76,7 +67,7 @@ def main() -> None:
             got = {r: d.chain(context, root, 64)[0] for r, d in chains.items()}
             differ += got["recent"] != got["run"]
             positions += 1
-            held = {r: agreed(chain, future) for r, chain in got.items()}
+            held = {r: common_prefix(chain, future) for r, chain in got.items()}
             if held["run"] != held["recent"]:
                 better["run" if held["run"] > held["recent"] else "recent"] += 1
             either8 += min(max(held["run"], held["recent"]), 8)

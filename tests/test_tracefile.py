@@ -23,32 +23,28 @@ from tests.test_replay import CURVE, PROMPT, V
 OLD_CHAIN = {"chain_pick": "recent", "long_chain": 0}
 
 
+def recorded(lm, drafter, sizer: Sizer, title: str, max_new_tokens: int, detail: bool = False,
+             settings: dict | None = None, **drafter_info) -> Trace:
+    """A tiny run of PROMPT by `drafter` as a race trace (every step in detail with `detail`)."""
+    run = DecodeRun(lm, PROMPT, drafter, DecodeConfig(max_new_tokens=max_new_tokens, detail=detail), sizer=sizer)
+    steps = list(run)
+    tok = TinyTokenizer(V)
+    return Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)),
+                 source="race", title=title, model="tiny", settings=settings or {},
+                 detail_steps=len(steps) if detail else 0, stop_reason=run.result.stop_reason, cost_curve=CURVE,
+                 turns=[Turn(run.start, steps)], drafter={"method": "racer", "options": {}, "vocab_size": V,
+                                                          **drafter_info}, sizer=dict(sizer.settings))
+
+
 @pytest.fixture(scope="module")
 def trace():
-    lm = tiny_lm(vocab=V, seed=3, max_context=1024)
-    tok = TinyTokenizer(V)
-    sizer = Sizer(CURVE)
-    run = DecodeRun(lm, PROMPT, make_drafter("racer", vocab_size=V), DecodeConfig(max_new_tokens=40, detail=True),
-                    sizer=sizer)
-    steps = list(run)
-    one = lambda t: tok.decode([t])  # noqa: E731
-    many = lambda ids: tok.decode(list(ids))  # noqa: E731
-    return Trace(steps, list(PROMPT), one, many, source="race", title="tiny run", model="tiny",
-                 settings={"temperature": 0.0}, detail_steps=len(steps), stop_reason=run.result.stop_reason,
-                 cost_curve=CURVE, turns=[Turn(run.start, steps)],
-                 drafter={"method": "racer", "options": {}, "vocab_size": V}, sizer=dict(sizer.settings))
+    return recorded(tiny_lm(vocab=V, seed=3, max_context=1024), make_drafter("racer", vocab_size=V), Sizer(CURVE),
+                    "tiny run", 40, detail=True, settings={"temperature": 0.0})
 
 
 def recorded_as_file(lm, drafter, sizer: Sizer, path, **drafter_info) -> dict:
     """A tiny run of PROMPT (60 new tokens) saved as a trace file, read back as a dict to edit."""
-    run = DecodeRun(lm, PROMPT, drafter, DecodeConfig(max_new_tokens=60), sizer=sizer)
-    steps = list(run)
-    tok = TinyTokenizer(V)
-    trace = Trace(steps, list(PROMPT), lambda t: tok.decode([t]), lambda ids: tok.decode(list(ids)),
-                  source="race", title=path.stem, model="tiny", settings={}, detail_steps=0,
-                  stop_reason=run.result.stop_reason, cost_curve=CURVE, turns=[Turn(run.start, steps)],
-                  drafter={"method": "racer", "options": {}, "vocab_size": V, **drafter_info},
-                  sizer=dict(sizer.settings))
+    trace = recorded(lm, drafter, sizer, path.stem, 60, **drafter_info)
     return json.loads(tracefile.save(trace, path).read_text())
 
 
