@@ -82,9 +82,9 @@ if want float32 && [ "$CPU" = avx512bf16 ]; then
   # (the same data as the AVX2 runs; not one of the default groups).
   fresh_curve default float32
   bench "smollm2-135m-specbench5-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category 5 --round-robin \
-    --methods ar,tr,racer,racer-nocold,hf-pld --max-new-tokens 128
+    --methods ar,tr,racer,racer-nocold,racer-nochain,hf-pld --max-new-tokens 128
   bench "smollm2-135m-shipped-r3-float32-$CPU-$DATE" --dtype float32 --data assets/bench_prompts.jsonl --per-category 1 \
-    --methods ar,tr,racer,racer-nocold,hf-pld --repeats 3 --max-new-tokens 128
+    --methods ar,tr,racer,racer-nocold,racer-nochain,hf-pld --repeats 3 --max-new-tokens 128
 fi
 
 if want gemma3; then

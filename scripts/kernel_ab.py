@@ -56,7 +56,7 @@ def main() -> int:
             def switch() -> None:
                 for p in plans:
                     p.ops = ops
-                attention._step_ops = lambda: ops
+                attention._step_ops = lambda *dtype: ops
             return switch
 
         sizes = [int(s) for s in args.sizes.split(",")]

@@ -190,7 +190,7 @@ def test_model_uses_it_and_can_turn_it_off(monkeypatch):
     lm = tiny_lm(dtype=torch.bfloat16, head_dim=64)
     calls = []
     real = extension().step_attention_bf16
-    monkeypatch.setattr(attention, "_step_ops", lambda: type("Spy", (), {
+    monkeypatch.setattr(attention, "_step_ops", lambda *dtype: type("Spy", (), {
         "step_attention_bf16": staticmethod(lambda *a: calls.append(a[0].shape[2]) or real(*a))}))
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)

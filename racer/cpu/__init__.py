@@ -58,9 +58,11 @@ def install(model: torch.nn.Module, device: torch.device, dtype: torch.dtype, li
         notes.append(f"racer's decoder-layer forward for {rows} (fused q/k/v and gate/up, rotary kernel{silu}; "
                      "bit-identical to the module path)")
     impl = getattr(model.config, "_attn_implementation", None)
-    if device.type == "cpu" and dtype == torch.bfloat16 and impl == attention.NAME and attention.step_kernel_available():
+    if device.type == "cpu" and impl == attention.NAME and attention.step_kernel_available(dtype):
         notes.append("racer's bf16 step-attention kernel for every forward, prefill included (exact: a tree "
-                     "node's logits equal the one-token forward's)")
+                     "node's logits equal the one-token forward's)" if dtype == torch.bfloat16 else
+                     f"racer's float32 step-attention kernel for 1..{attention.F32_MAX_ROWS}-token forwards (exact: "
+                     "a tree node's logits equal the one-token forward's)")
     if asked == "auto" and kernel == "packed" and linear.tiled_unavailable_reason():
         notes.append(f"tiled linear kernel unavailable ({linear.tiled_unavailable_reason()})")
     if device.type == "cpu":
@@ -84,7 +86,8 @@ def signature(model: torch.nn.Module) -> dict[str, str]:
         kernel += f"-{source_tag()}-rows{linear.TILED_MAX_ROWS}"
     return {"kernel": kernel, "layers": "fast" if ON.fast_layer and layers.count(model) else "module",
             "norm": "racer" if ON.norm and extension() is not None else "torch",
-            "step_attention": "racer" if attention.step_kernel_available() else "torch",
+            "step_attention": "racer" if attention.step_kernel_available(param.dtype if param is not None
+                                                                         else torch.bfloat16) else "torch",
             "rows": "racer" if ON.rows and extension() is not None else "torch",
             "silu_mul": "racer" if ON.silu_mul and layers.silu_mul_count(model) else "torch",
             "pages": "2M" if model.__dict__.get("_racer_huge_pages") else "4K"}

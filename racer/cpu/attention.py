@@ -68,14 +68,20 @@ def tree_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: torch.Tensor | None, dropout: float, scaling: float | None,
                  kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """Attention by racer's bf16 step kernel, (B, T, H, D); None where it does not apply."""
+    """Attention by racer's step kernel for the dtype (bfloat16: every forward; float32: up to
+    F32_MAX_ROWS query tokens), (B, T, H, D); None where it does not apply."""
     B, H, T, D = query.shape
-    if not (ON.step_attention and query.dtype == key.dtype == value.dtype == torch.bfloat16 and B == 1
-            and T >= 1 and D in (64, 128) and query.device.type == "cpu"
+    dtype = query.dtype
+    shape_ok = D in (64, 128) if dtype == torch.bfloat16 else D % 32 == 0 and T <= F32_MAX_ROWS
+    if not (ON.step_attention and dtype == key.dtype == value.dtype and B == 1 and T >= 1 and shape_ok
+            and query.device.type == "cpu"
             and key.dim() == 4 and key.shape[1] > 0 and H % key.shape[1] == 0 and key.shape[-1] == D
             and value.shape == key.shape and key.shape[2] >= T
             and not (dropout and module.training) and kwargs.get("position_bias") is None
-            and kwargs.get("softcap") is None and kwargs.get("sinks") is None and _step_ops() is not None):
+            and kwargs.get("softcap") is None and kwargs.get("sinks") is None):
+        return None
+    ops = _step_ops(dtype)
+    if ops is None:
         return None
     if attention_mask is None:
         # transformers passes no mask only for causal attention (or one token).
@@ -87,18 +93,35 @@ def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
         if visible is None or visible.shape[0] != T:
             return None
     scale = scaling if scaling is not None else D ** -0.5
-    return _step_ops().step_attention_bf16(query, key, value, visible, float(scale))
+    run = ops.step_attention_bf16 if dtype == torch.bfloat16 else ops.step_attention_f32
+    return run(query, key, value, visible, float(scale))
+
+
+#: float32 steps of up to this many query tokens run the float32 kernel; more (a prefill) go to
+#: PyTorch's flash kernel, whose blocked matrix products are faster there.
+F32_MAX_ROWS = 64
+
+
+def _step_ops(dtype: torch.dtype = torch.bfloat16) -> Any:
+    """The built kernels where `dtype`'s step kernel runs here, else None."""
+    return _bf16_ops() if dtype == torch.bfloat16 else _f32_ops() if dtype == torch.float32 else None
 
 
 @lru_cache(maxsize=1)
-def _step_ops() -> Any:
+def _bf16_ops() -> Any:
     return extension() if tiled_bf16_available() else None
 
 
-def step_kernel_available() -> bool:
-    """Whether bf16 steps run racer's step-attention kernel here (AVX512-BF16, kernels built, not
-    turned off by RACER_STEP_ATTENTION=0)."""
-    return ON.step_attention and _step_ops() is not None
+@lru_cache(maxsize=1)
+def _f32_ops() -> Any:
+    ops = extension()
+    return ops if ops is not None and hasattr(ops, "step_attention_f32") else None
+
+
+def step_kernel_available(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Whether `dtype`'s steps run racer's step-attention kernel here (bfloat16: AVX512-BF16;
+    float32: AVX2; the kernels built, not turned off by RACER_STEP_ATTENTION=0)."""
+    return ON.step_attention and _step_ops(dtype) is not None
 
 
 class _PerForward:

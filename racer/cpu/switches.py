@@ -4,7 +4,7 @@ at run time (the kernel micro-benchmarks flip them to compare both paths in one 
     RACER_CPU_KERNELS=0     none of racer's compiled kernels (nothing is built)
     RACER_LINEAR=KERNEL     linear layers: auto (default), tiled, packed, small-batch or stock
     RACER_NORM_KERNEL=0     RMSNorm on PyTorch's ops instead of racer's kernel
-    RACER_STEP_ATTENTION=0  bfloat16 attention on PyTorch's kernel instead of racer's step kernel
+    RACER_STEP_ATTENTION=0  attention on PyTorch's kernel instead of racer's step kernels (both dtypes)
     RACER_FAST_LAYER=0      transformers' decoder-layer modules instead of racer's forward
     RACER_SILU_MUL=0        in racer's bfloat16 layer forward, PyTorch's silu and mul instead of racer's kernel
     RACER_ROW_KERNEL=0      each row's argmax / top-k on PyTorch, the copy-logit store written by

@@ -1,6 +1,6 @@
 """Verify-forward time against tree size with transformers' sdpa attention, with
-racer.cpu.attention's GQA-packing variant of it and, in bfloat16 on a CPU with AVX512-BF16, with
-racer's step-attention kernel, interleaved in one run on one model:
+racer.cpu.attention's GQA-packing variant of it and with racer's step-attention kernel for the
+dtype (bfloat16 on a CPU with AVX512-BF16, float32 on AVX2), interleaved in one run on one model:
 
     python -m racer.kernelbench.attention_kernels [--context 1500] [--repeats 9] [--sizes 1,2,4,8,16,32] [--dtype float32]
 
@@ -32,7 +32,7 @@ def main() -> None:
     args, sizes = parse_args(__doc__, repeats=9, sizes="1,2,4,8,16,32", context=1500, dtype=True)
     lm = load_model(args.model, device="cpu", dtype=args.dtype)
     variants = {"sdpa": (lm, _use(lm, "sdpa")), attention.NAME: (lm, _use(lm, attention.NAME))}
-    if lm.dtype == torch.bfloat16 and attention.step_kernel_available():
+    if attention.step_kernel_available(lm.dtype):
         variants[STEP] = (lm, _use(lm, attention.NAME, step_kernel=True))
     was = ON.step_attention
     try:

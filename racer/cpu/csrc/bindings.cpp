@@ -9,6 +9,8 @@ torch::Tensor packed_linear_bf16(const torch::Tensor& x, const torch::Tensor& pa
 bool cpu_has_bf16();
 torch::Tensor step_attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const c10::optional<torch::Tensor>& visible, double scale);
+torch::Tensor step_attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const c10::optional<torch::Tensor>& visible, double scale);
 torch::Tensor argmax_rows(const torch::Tensor& logits);
 std::tuple<torch::Tensor, torch::Tensor> topk_rows(const torch::Tensor& logits, int64_t k, bool probs);
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
@@ -31,6 +33,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cpu_has_bf16", &racer::cpu_has_bf16, "whether this CPU runs the bfloat16 kernels");
   m.def("step_attention_bf16", &racer::step_attention_bf16,
         "attention of a few bfloat16 query rows (a draft tree or one token) over a grouped-query KV cache (AVX512-BF16)");
+  m.def("step_attention_f32", &racer::step_attention_f32,
+        "attention of a few float32 query rows (a draft tree or one token) over a grouped-query KV cache (AVX2)");
   m.def("argmax_rows", &racer::argmax_rows, "first index of each row's largest logit (AVX2)");
   m.def("rms_norm", &racer::rms_norm, "Llama-family RMSNorm of float32 or bfloat16 rows (AVX2)");
   m.def("rope_rows", &racer::rope_rows, "rotary position embedding of float32 or bfloat16 query/key rows");

@@ -39,9 +39,9 @@
 #include <immintrin.h>
 
 #include "avx512_exp.h"
+#include "step_keys.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -328,37 +328,9 @@ torch::Tensor step_attention_bf16(const torch::Tensor& q, const torch::Tensor& k
   const auto vc = v.stride(3) == 1 ? v : v.contiguous();
 
   // Per block of rows: the keys all its rows see (0..C-1), and each row's further visible keys.
-  const int64_t blocks = (T + ROW_BLOCK - 1) / ROW_BLOCK;
-  std::vector<int64_t> prefix(blocks);
-  std::vector<std::vector<int64_t>> tails(T);
-  if (visible.has_value() && visible->defined()) {
-    TORCH_CHECK(visible->scalar_type() == torch::kBool && visible->dim() == 2 && visible->size(0) == T &&
-                visible->size(1) == L, "step_attention_bf16: visible must be bool (tokens, keys)");
-    const auto vis = visible->contiguous();
-    const bool* m = vis.data_ptr<bool>();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t t0 = b * ROW_BLOCK, t1 = std::min(T, t0 + ROW_BLOCK);
-      int64_t C = L;
-      for (int64_t t = t0; t < t1; ++t) {
-        int64_t run = 0;
-        while (run < L && m[t * L + run]) ++run;
-        C = std::min(C, run);
-      }
-      prefix[b] = C;
-      for (int64_t t = t0; t < t1; ++t) {
-        for (int64_t i = C; i < L; ++i)
-          if (m[t * L + i]) tails[t].push_back(i);
-        TORCH_CHECK(C + (int64_t)tails[t].size() > 0, "step_attention_bf16: a query row sees no key");
-      }
-    }
-  } else {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t t0 = b * ROW_BLOCK, t1 = std::min(T, t0 + ROW_BLOCK);
-      const int64_t C = prefix[b] = L - T + t0 + 1;
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t i = C; i <= L - T + t; ++i) tails[t].push_back(i);
-    }
-  }
+  std::vector<int64_t> prefix;
+  std::vector<std::vector<int64_t>> tails;
+  key_lists(visible, T, L, ROW_BLOCK, "step_attention_bf16", prefix, tails);
 
   auto out = torch::empty({1, T, H, D}, q.options().memory_format(at::MemoryFormat::Contiguous));
   Step st{reinterpret_cast<const bf16_t*>(qc.data_ptr<at::BFloat16>()),
@@ -366,33 +338,10 @@ torch::Tensor step_attention_bf16(const torch::Tensor& q, const torch::Tensor& k
           reinterpret_cast<const bf16_t*>(vc.data_ptr<at::BFloat16>()),
           qc.stride(2), qc.stride(1), kc.stride(1), kc.stride(2), vc.stride(1), vc.stride(2),
           H, G, T, L, D, prefix[0], &tails, (float)scale, reinterpret_cast<bf16_t*>(out.data_ptr<at::BFloat16>())};
-  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-  if (blocks == 1) {
-    // Query-token runs per key/value head. Below 4 tokens a run's rows cost less than transposing the
-    // prefix once more (interleaved timings, context 200-1,000: no gain at 2 tokens, 10-25 % at 4-16).
-    const int64_t runs = (G % threads == 0 || T < 4) ? 1 : std::min<int64_t>(T, threads);
-    at::parallel_for(0, G * runs, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t g = i / runs, r = i % runs;
-        const int t0 = (int)(T * r / runs), t1 = (int)(T * (r + 1) / runs);
-        if (D == 64) group<4>(st, g, t0, t1); else group<8>(st, g, t0, t1);
-      }
-    });
-    return out;
-  }
-  // Tasks (block, key/value head), the last blocks (the most keys) first, each taken by the next free
-  // thread: blocks differ in cost, so a fixed split would leave one thread waiting.
-  std::atomic<int64_t> next{0};
-  const int64_t tasks = blocks * G;
-  at::parallel_for(0, threads, 1, [&](int64_t w0, int64_t w1) {
-    for (int64_t w = w0; w < w1; ++w)
-      for (int64_t i = next++; i < tasks; i = next++) {
-        const int64_t b = blocks - 1 - i / G, g = i % G;
-        Step sb = st;
-        sb.C = prefix[b];
-        const int t0 = (int)(b * ROW_BLOCK), t1 = (int)std::min(T, (b + 1) * ROW_BLOCK);
-        if (D == 64) group<4>(sb, g, t0, t1); else group<8>(sb, g, t0, t1);
-      }
+  for_tasks(T, G, ROW_BLOCK, [&](int64_t b, int64_t g, int t0, int t1) {
+    Step sb = st;
+    sb.C = prefix[b];
+    if (D == 64) group<4>(sb, g, t0, t1); else group<8>(sb, g, t0, t1);
   });
   return out;
 }
