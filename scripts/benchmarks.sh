@@ -80,6 +80,8 @@ fi
 if want float32 && [ "$CPU" = avx512bf16 ]; then
   # float32 on an AVX512-BF16 CPU: the dtype and the AVX2 kernels an AVX2-only CPU runs, on this CPU
   # (the same data as the AVX2 runs; not one of the default groups).
+  micro "attention-kernels-float32-ctx300" racer.kernelbench.attention_kernels --dtype float32 --context 300 --repeats 9 --sizes 1,2,4,8,12,16
+  micro "attention-kernels-float32" racer.kernelbench.attention_kernels --dtype float32 --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   fresh_curve default float32
   bench "smollm2-135m-specbench5-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category 5 --round-robin \
     --methods ar,tr,racer,racer-nocold,racer-nochain,hf-pld --max-new-tokens 128
