@@ -17,7 +17,13 @@ In bfloat16 on a CPU with AVX512-BF16, every forward runs racer's own kernel ins
 256-1,536 tokens. A query row's result depends only on its query and the keys it sees, so a tree
 node's logits equal those of the one-token forward bit for bit, and a prefill's those of feeding
 its tokens one at a time (PyTorch's flash kernel rounds differently with the number of rows: bf16
-ties). RACER_STEP_ATTENTION=0 turns it off.
+ties). In float32, steps of 1..F32_MAX_ROWS query tokens run racer's float32 kernel (AVX2,
+csrc/step_attention_f32.cpp) on the same principle: a row from its own key list, so float32 tree
+decoding equals one-token decoding bit for bit too (PyTorch's kernel differed in the last bits); a
+whole verify forward of the default model at context 300 ran 1.02x faster at one token, 1.13x at
+four and 1.07x at eight than with the packed sdpa call (benchmarks/micro/attention-kernels-float32-*).
+Longer float32 forwards (prefills) stay on PyTorch's flash kernel. RACER_STEP_ATTENTION=0 turns
+both kernels off.
 
 Registered with transformers' attention and mask interfaces as "racer_sdpa"; everything it
 does not handle (several tokens without a mask, one token with a mask, no GQA, non-CPU devices, extras such as softcap or a
@@ -98,7 +104,8 @@ def _step_kernel(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
 
 
 #: float32 steps of up to this many query tokens run the float32 kernel; more (a prefill) go to
-#: PyTorch's flash kernel, whose blocked matrix products are faster there.
+#: PyTorch's flash kernel: their linear products run oneDNN (racer.cpu.linear.TILED_MAX_ROWS), which
+#: is not batch-invariant, so the kernel's exactness would buy nothing there.
 F32_MAX_ROWS = 64
 
 
