@@ -7,13 +7,12 @@ import random
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from racer.cpu import ON, attention
 from racer.tiny import tiny_lm
-from racer.verify import forward_tree
-from tests.test_cpu_step_attention import tree_visibility
-from tests.test_loop_tiny import rand_prompt, random_tree
+from tests.test_cpu_step_attention import (each_row_is_the_one_token_call, layouts_and_threads_keep_the_bits,
+                                          rejects_what_it_cannot_compute, tree_nodes_unlike_one_token_decoding,
+                                          tree_visibility)
 
 pytestmark = pytest.mark.skipif(not attention.step_kernel_available(torch.float32),
                                 reason="the float32 step-attention kernel needs racer's kernels built (AVX2)")
@@ -57,49 +56,15 @@ def test_matches_attention(H, G, T, L, D):
 
 @pytest.mark.parametrize("T", [2, 5, 16, 64, 100])
 def test_each_row_is_the_one_token_call_over_its_keys(T):
-    H, G, L, D = 9, 3, 300 + T, 64
-    q, k, v = operands(H, G, T, L, D, seed=T)
-    vis = tree_visibility(random.Random(T + 1), T, L)
-    out = kernel(q, k, v, vis, 0.125)
-    for t in range(T):
-        seen = vis[t].nonzero().flatten()
-        alone = kernel(q[:, :, t:t + 1], k[:, :, seen], v[:, :, seen], None, 0.125)
-        assert torch.equal(alone[0, 0], out[0, t]), t
+    each_row_is_the_one_token_call(kernel, operands, T)
 
 
 def test_layouts_and_threads_do_not_change_the_bits():
-    H, G, T, L, D = 9, 3, 6, 200, 64
-    q, k, v = operands(H, G, T, L, D, seed=7)
-    vis = tree_visibility(random.Random(2), T, L)
-    want = kernel(q, k, v, vis, 0.125)
-    # The cache is a view of a longer buffer; the query a transposed (B, T, H, D) projection.
-    kbuf, vbuf = torch.zeros(1, G, L + 40, D), torch.zeros(1, G, L + 40, D)
-    kbuf[:, :, :L], vbuf[:, :, :L] = k, v
-    qt = q.transpose(1, 2).contiguous().transpose(1, 2)
-    assert not qt.is_contiguous()
-    assert torch.equal(kernel(qt, kbuf[:, :, :L], vbuf[:, :, :L], vis, 0.125), want)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert torch.equal(kernel(q, k, v, vis, 0.125), want)
-    finally:
-        torch.set_num_threads(before)
+    layouts_and_threads_keep_the_bits(kernel, operands)
 
 
 def test_rejects_what_it_cannot_compute():
-    q, k, v = operands(4, 2, 2, 10, 64)
-    with pytest.raises(RuntimeError, match="float32"):
-        kernel(q.bfloat16(), k.bfloat16(), v.bfloat16(), None, 0.125)
-    with pytest.raises(RuntimeError, match="head_dim"):
-        kernel(q[..., :16], k[..., :16], v[..., :16], None, 0.125)
-    with pytest.raises(RuntimeError, match="multiple"):
-        kernel(q[:, :3], k, v, None, 0.125)
-    blind = torch.ones(2, 10, dtype=torch.bool)
-    blind[1] = False
-    with pytest.raises(RuntimeError, match="sees no key"):
-        kernel(q, k, v, blind, 0.125)
-    with pytest.raises(RuntimeError, match="visible"):
-        kernel(q, k, v, torch.ones(3, 10, dtype=torch.bool), 0.125)
+    rejects_what_it_cannot_compute(kernel, operands, torch.bfloat16, "float32", 16)
 
 
 def test_the_layer_sends_steps_to_it_and_prefills_to_pytorch(monkeypatch):
@@ -122,37 +87,13 @@ def test_the_layer_sends_steps_to_it_and_prefills_to_pytorch(monkeypatch):
 def test_tree_logits_equal_one_token_decoding_bit_for_bit(seed):
     # The float32 forward of 1..64 tokens (tiled linear kernel, norms, rotary, this attention) is
     # batch-invariant: every node's logits in a tree forward are those of feeding its path one
-    # token at a time. With PyTorch's attention instead they differ in the last bits (checked below,
+    # token at a time. With PyTorch's attention instead they differ in the last bits (checked too,
     # so the equality has teeth).
     lm = tiny_lm(dtype=torch.float32, head_dim=64, seed=seed)
-    rng = random.Random(seed)
-    prompt = rand_prompt(rng, 70)
-    tree = random_tree(rng, 5, 24, lm.vocab_size)
-
-    def prefilled():
-        cache = DynamicCache(config=lm.model.config)
-        lm.model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
-        return cache
-
-    def differing() -> int:
-        logits = forward_tree(lm.model, prefilled(), tree, len(prompt), lm.device, lm.dtype)
-        n = 0
-        for node in range(len(tree)):
-            path, a = [], node
-            while a >= 0:
-                path.append(tree.tokens[a])
-                a = tree.parents[a]
-            cache = prefilled()
-            for tok in reversed(path):
-                out = lm.model(input_ids=torch.tensor([[tok]]), cache=cache, use_cache=True)
-            n += not torch.equal(out.logits[0, -1], logits[node])
-        return n
-
-    with torch.inference_mode():
-        assert differing() == 0
-        saved = ON.step_attention
-        try:
-            ON.step_attention = False
-            assert differing() > 0
-        finally:
-            ON.step_attention = saved
+    assert tree_nodes_unlike_one_token_decoding(lm, seed) == 0
+    saved = ON.step_attention
+    try:
+        ON.step_attention = False
+        assert tree_nodes_unlike_one_token_decoding(lm, seed) > 0
+    finally:
+        ON.step_attention = saved

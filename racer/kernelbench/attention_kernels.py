@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
 
 from ..cpu import ON, attention
 from ..models import LoadedModel, load_model
