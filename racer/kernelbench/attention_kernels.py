@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-
 from ..cpu import ON, attention
 from ..models import LoadedModel, load_model
 from .timing import ab_title, parse_args, print_table, time_forwards
