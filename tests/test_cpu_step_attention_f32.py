@@ -1,18 +1,20 @@
 """racer's float32 step-attention kernel (AVX2): what attention computes, a query row's result depends
-only on its query and the keys it sees, and with it a float32 tree forward equals one-token decoding
-bit for bit."""
+only on its query and the keys it sees, with it a float32 tree forward equals one-token decoding bit
+for bit, and the model families that reach it (sliding windows included) get PyTorch's attention."""
 from __future__ import annotations
 
 import random
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 from racer.cpu import ON, attention
 from racer.tiny import tiny_lm
 from tests.test_cpu_step_attention import (each_row_is_the_one_token_call, layouts_and_threads_keep_the_bits,
                                           rejects_what_it_cannot_compute, tree_nodes_unlike_one_token_decoding,
                                           tree_visibility)
+from tests.test_loop_tiny import rand_prompt
 
 pytestmark = pytest.mark.skipif(not attention.step_kernel_available(torch.float32),
                                 reason="the float32 step-attention kernel needs racer's kernels built (AVX2)")
@@ -97,3 +99,29 @@ def test_tree_logits_equal_one_token_decoding_bit_for_bit(seed):
         assert tree_nodes_unlike_one_token_decoding(lm, seed) > 0
     finally:
         ON.step_attention = saved
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "gemma3"])
+def test_families_get_pytorchs_attention_from_it(family, monkeypatch):
+    # Sliding windows (mistral, gemma3's local layers, 8 tokens here) reach the kernel as key lists
+    # from the mask: a 40-token prompt, then one-token steps, against PyTorch's attention.
+    lm = tiny_lm(dtype=torch.float32, head_dim=32, family=family, seed=1)
+    real = attention._step_ops(torch.float32).step_attention_f32
+    calls = []
+    monkeypatch.setattr(attention, "_step_ops", lambda *dtype: type("Spy", (), {
+        "step_attention_f32": staticmethod(lambda *a: calls.append(1) or real(*a))}))
+    prompt = rand_prompt(random.Random(5), 40)
+
+    def logits() -> torch.Tensor:
+        with torch.inference_mode():
+            cache = DynamicCache(config=lm.model.config)
+            out = [lm.model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True).logits[0, -1]]
+            for _ in range(12):
+                out.append(lm.model(input_ids=out[-1].argmax().view(1, 1), cache=cache, use_cache=True).logits[0, -1])
+        return torch.stack(out)
+
+    with_kernel = logits()
+    assert len(calls) == 13 * lm.model.config.num_hidden_layers
+    monkeypatch.setattr(ON, "step_attention", False)
+    assert torch.allclose(with_kernel, logits(), atol=1e-5, rtol=1e-5)
+    assert len(calls) == 13 * lm.model.config.num_hidden_layers
