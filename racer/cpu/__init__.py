@@ -8,7 +8,7 @@ after; each kernel family has one switch (racer.cpu.switches) and its own fallba
     build.py      compiles csrc/*.cpp once per machine, self-checks the build
     linear.py     linear layers: tiled (ours), packed (oneDNN), small-batch, stock
     norm.py       Llama-family RMSNorm
-    attention.py  tree attention without KV-cache copies; bf16 step attention (ours)
+    attention.py  tree attention without KV-cache copies; bf16 and float32 step attention (ours)
     layers.py     Llama-family decoder layers without transformers' module tree
     silu_mul      (csrc only) the MLP's silu(gate) * up in one bf16 call, used by layers.py
     rows.py       each logits row's argmax and top-k
