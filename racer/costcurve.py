@@ -42,7 +42,8 @@ PREFILL_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 #: size's fastest time by more than STEADY_GAIN (so at least 6: a first and five steady ones; at
 #: most MAX_ROUNDS a context). Five rounds take about 7 s here, and a busy 7 s bends the curve:
 #: load slows the one-token forward, which streams memory, more than the compute-bound large
-#: trees, so the curve's low end flattens and sizing keeps larger trees than pay. Measured on a 2-core AVX512-BF16 CPU in a busy hour:
+#: trees, so the curve's low end flattens and sizing keeps larger trees than pay. Measured on a
+#: 2-core AVX512-BF16 CPU in a busy hour:
 #: two 5-round curves read t(1) = 13.6 and 13.8 ms and t(16)/t(1) = 1.38 and 1.46, two 25-round
 #: ones 12.3 and 10.6 ms and 1.50 and 1.82; the benchmark group's 5-round curve of that hour (t(1)
 #: 15.9, flat to 8 nodes) sized racer to 9.6 nodes a step against 8.2 and ran 1.6 % slower than

@@ -111,7 +111,7 @@ F32_MAX_ROWS = 64
 
 def _step_ops(dtype: torch.dtype = torch.bfloat16) -> Any:
     """The built kernels where `dtype`'s step kernel runs here, else None."""
-    return _bf16_ops() if dtype == torch.bfloat16 else _f32_ops() if dtype == torch.float32 else None
+    return _bf16_ops() if dtype == torch.bfloat16 else extension() if dtype == torch.float32 else None
 
 
 @lru_cache(maxsize=1)
@@ -119,10 +119,6 @@ def _bf16_ops() -> Any:
     return extension() if tiled_bf16_available() else None
 
 
-@lru_cache(maxsize=1)
-def _f32_ops() -> Any:
-    ops = extension()
-    return ops if ops is not None and hasattr(ops, "step_attention_f32") else None
 
 
 def step_kernel_available(dtype: torch.dtype = torch.bfloat16) -> bool:

@@ -136,15 +136,12 @@ inline float softmax_numerators(float* s, int64_t n) {
     _mm256_storeu_ps(s + i, e);
   }
   if (i < n) {
-    // The last, partial vector: the same exp, lanes past n left out of the sum.
-    alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t r = i; r < n; ++r) tail[r - i] = s[r];
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane));
-    const __m256 e = _mm256_and_ps(keep, avx2::exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
+    // The last, partial vector: the same exp, lanes past n neither read, summed nor written.
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(keep),
+                                   avx2::exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(s + i, keep), mv)));
     sum = _mm256_add_ps(sum, e);
-    _mm256_store_ps(tail, e);
-    for (int64_t r = i; r < n; ++r) s[r] = tail[r - i];
+    _mm256_maskstore_ps(s + i, keep, e);
   }
   return avx2::hsum(sum);
 }
