@@ -83,8 +83,10 @@ if want float32 && [ "$CPU" = avx512bf16 ]; then
   micro "attention-kernels-float32-ctx300" racer.kernelbench.attention_kernels --dtype float32 --context 300 --repeats 9 --sizes 1,2,4,8,12,16
   micro "attention-kernels-float32" racer.kernelbench.attention_kernels --dtype float32 --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   fresh_curve default float32
-  bench "smollm2-135m-specbench5-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category 5 --round-robin \
-    --methods ar,tr,racer,racer-nocold,racer-nochain,hf-pld --max-new-tokens 128
+  # Spec-Bench as the bfloat16 group runs it (10 per category, 256 tokens: about an hour in float32);
+  # SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 made the smaller specbench5 runs.
+  bench "smollm2-135m-specbench$PER-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category "$PER" --round-robin \
+    --methods ar,tr,racer,racer-nochain,hf-pld --max-new-tokens "$SPEC_NEW"
   bench "smollm2-135m-shipped-r3-float32-$CPU-$DATE" --dtype float32 --data assets/bench_prompts.jsonl --per-category 1 \
     --methods ar,tr,racer,racer-nocold,racer-nochain,hf-pld --repeats 3 --max-new-tokens 128
 fi
