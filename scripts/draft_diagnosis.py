@@ -9,6 +9,8 @@ length is exactly its longest root path that matches the next tokens.
 Columns (mean accepted draft tokens per step, the root not counted):
   T          nodes the sizer kept;   kept   what that tree accepted;
   pool       the whole candidate pool before sizing (an oracle sizer);
+  pool@T     the pool's best T nodes, T as the sizer kept: the root path that matches, cut to T - 1
+             draft tokens (an oracle that chooses which nodes, not how many);
   retrieval  the pool's retrieval nodes alone;   chain  the pool's prompt-lookup chain alone;
   hf-pld     transformers' prompt lookup at that step: earliest match of the last 2 (then 1)
              tokens, 10 tokens;   recent-2/10  the same with the most recent match.
@@ -87,7 +89,7 @@ def main() -> int:
     curve = get_cost_curve(lm)
     cats = args.categories.split(",") if args.categories else None
     rows, _ = load_rows(args.data, categories=cats, per_category=args.per_category, turns="first")
-    cols = ("T", "kept", "pool", "retrieval", "chain", "hf-pld", "recent-2/10")
+    cols = ("T", "kept", "pool@T", "pool", "retrieval", "chain", "hf-pld", "recent-2/10")
     by_cat: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     q_chain: dict[int, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     q_run: dict[tuple[int, int], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
@@ -127,6 +129,7 @@ def main() -> int:
             c["T"].append(len(rec.tree))
             c["kept"].append(kept)
             c["pool"].append(accepted_length(tok, par, [True] * len(tok), cont))
+            c["pool@T"].append(min(c["pool"][-1], len(rec.tree) - 1))
             c["retrieval"].append(accepted_length(tok, par, [s in ("retrieval", "both") for s in src], cont))
             c["chain"].append(accepted_length(tok, par, chain, cont))
             c["hf-pld"].append(common_prefix(lookup_chain(seq, 2, 10, True), cont))
