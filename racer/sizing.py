@@ -373,6 +373,12 @@ MIN_MAX_TREE = 8
 #: Rows one pass of racer's bfloat16 linear kernel takes (racer.cpu.linear: 8 rows of x per pass
 #: over a weight tile). Trees up to this size stream the weights once.
 FIRST_PASS_ROWS = 8
+#: The same for racer's float32 (AVX2) kernel, which runs the rows of x 4 at a time against each
+#: block of weights (csrc/tiled_linear.cpp). Priced like the bfloat16 pass, on Spec-Bench (3 and 5
+#: per category, 256 tokens) and the shipped prompts, interleaved per question against the curve
+#: as measured: 1.005-1.013x tokens/s, 1.013-1.017x by the median question (docs/PERFORMANCE.md §4,
+#: "The first pass").
+FIRST_PASS_ROWS_F32 = 4
 #: What sizing charges a tree of 2 <= T <= FIRST_PASS_ROWS nodes, at most, is t(1) times
 #: _FIRST_PASS_BASE + _FIRST_PASS_SLOPE * T (1.02 at 2, 1.03 at 4, 1.05 at 8). The quiet-loop
 #: curve's low end read 1.05-1.19 t(1) at 8 nodes in runs on the same machine hours apart, and the low-probability
@@ -384,12 +390,15 @@ _FIRST_PASS_BASE, _FIRST_PASS_SLOPE = 1.01, 0.005
 
 
 def first_pass_rows(curve: Any) -> int:
-    """FIRST_PASS_ROWS where `curve` was measured with racer's bfloat16 kernels on a CPU (the
-    kernel whose 8-row pass the price above is for), else 0 (the curve as measured)."""
+    """The rows of one pass of racer's linear kernel where `curve` was measured with racer's
+    kernels on a CPU (FIRST_PASS_ROWS in bfloat16, FIRST_PASS_ROWS_F32 in float32), else 0 (the
+    curve as measured)."""
     key = getattr(curve, "key", None) or {}
-    bf16_kernels = (key.get("dtype") == "bfloat16" and key.get("device") == "cpu"
-                    and key.get("step_attention") == "racer" and str(key.get("kernel", "")).startswith("tiled"))
-    return FIRST_PASS_ROWS if bf16_kernels else 0
+    racer_kernels = (key.get("device") == "cpu" and key.get("step_attention") == "racer"
+                     and str(key.get("kernel", "")).startswith("tiled"))
+    if not racer_kernels:
+        return 0
+    return {"bfloat16": FIRST_PASS_ROWS, "float32": FIRST_PASS_ROWS_F32}.get(key.get("dtype"), 0)
 
 
 def first_pass_priced(curve: Any, rows: int) -> Any:

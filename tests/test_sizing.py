@@ -482,10 +482,13 @@ def test_the_largest_tree_follows_the_curve():
 BF16_KEY = {"dtype": "bfloat16", "device": "cpu", "step_attention": "racer", "kernel": "tiled-abc-rows64"}
 
 
-def test_the_first_pass_is_priced_only_where_racers_bf16_kernels_measured_the_curve():
+def test_the_first_pass_is_priced_only_where_racers_kernels_measured_the_curve():
     assert sizing.first_pass_rows(CostCurve([1, 8], [100], [[10.0, 12.0]], BF16_KEY)) == 8
-    for other in ({**BF16_KEY, "dtype": "float32"}, {**BF16_KEY, "step_attention": "torch"},
-                  {**BF16_KEY, "device": "NVIDIA H200"}, {**BF16_KEY, "kernel": "stock"}, {}):
+    # racer's float32 kernel takes 4 rows of x a pass.
+    assert sizing.first_pass_rows(CostCurve([1, 8], [100], [[10.0, 12.0]], {**BF16_KEY, "dtype": "float32"})) == 4
+    for other in ({**BF16_KEY, "dtype": "float16"}, {**BF16_KEY, "step_attention": "torch"},
+                  {**BF16_KEY, "device": "NVIDIA H200"}, {**BF16_KEY, "kernel": "stock"},
+                  {**BF16_KEY, "dtype": "float32", "kernel": "packed"}, {}):
         assert sizing.first_pass_rows(CostCurve([1, 8], [100], [[10.0, 12.0]], other)) == 0
 
 
