@@ -379,7 +379,7 @@ FIRST_PASS_ROWS = 8
 #: as measured: 1.005-1.013x tokens/s, 1.013-1.017x by the median question (docs/PERFORMANCE.md §4,
 #: "The first pass").
 FIRST_PASS_ROWS_F32 = 4
-#: What sizing charges a tree of 2 <= T <= FIRST_PASS_ROWS nodes, at most, is t(1) times
+#: What sizing charges a tree of 2 <= T <= the first pass's rows, at most, is t(1) times
 #: _FIRST_PASS_BASE + _FIRST_PASS_SLOPE * T (1.02 at 2, 1.03 at 4, 1.05 at 8). The quiet-loop
 #: curve's low end read 1.05-1.19 t(1) at 8 nodes in runs on the same machine hours apart, and the low-probability
 #: nodes these sizes admit are accepted more often than sizing predicts (docs/PERFORMANCE.md §4.1,

@@ -83,7 +83,7 @@ if want float32 && [ "$CPU" = avx512bf16 ]; then
   micro "attention-kernels-float32-ctx300" racer.kernelbench.attention_kernels --dtype float32 --context 300 --repeats 9 --sizes 1,2,4,8,12,16
   micro "attention-kernels-float32" racer.kernelbench.attention_kernels --dtype float32 --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   fresh_curve default float32
-  # Spec-Bench as the bfloat16 group runs it (10 per category, 256 tokens: about an hour in float32);
+  # Spec-Bench as the bfloat16 group runs it (10 per category, 256 tokens: about 40 minutes in float32);
   # SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 made the smaller specbench5 runs.
   bench "smollm2-135m-specbench$PER-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category "$PER" --round-robin \
     --methods ar,tr,racer,racer-nochain,hf-pld --max-new-tokens "$SPEC_NEW"
