@@ -119,8 +119,6 @@ def _bf16_ops() -> Any:
     return extension() if tiled_bf16_available() else None
 
 
-
-
 def step_kernel_available(dtype: torch.dtype = torch.bfloat16) -> bool:
     """Whether `dtype`'s steps run racer's step-attention kernel here (bfloat16: AVX512-BF16;
     float32: AVX2; the kernels built, not turned off by RACER_STEP_ATTENTION=0)."""
