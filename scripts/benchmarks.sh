@@ -6,7 +6,7 @@
 #
 #   scripts/benchmarks.sh                 # everything (about 3 hours on a 2-core CPU)
 #   scripts/benchmarks.sh micro smollm2   # some groups: micro, smollm2, sweep, gemma3
-#   scripts/benchmarks.sh float32         # on an AVX512-BF16 CPU also: SmolLM2 in float32 (not a default group)
+#   scripts/benchmarks.sh float32         # SmolLM2 in float32 with the prompt-lookup comparison's methods (not a default group)
 #   SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 scripts/benchmarks.sh smollm2   # a smaller Spec-Bench run (named specbench5)
 #
 # (The earlier runs without "sizecap" in their names were made by the same groups before the size cap.)
@@ -77,9 +77,10 @@ if want sweep; then
     --max-new-tokens 128
 fi
 
-if want float32 && [ "$CPU" = avx512bf16 ]; then
-  # float32 on an AVX512-BF16 CPU: the dtype and the AVX2 kernels an AVX2-only CPU runs, on this CPU
-  # (the same data as the AVX2 runs; not one of the default groups).
+if want float32; then
+  # float32 with the methods the comparison with prompt lookup names (ar, tr, racer, racer-nochain, hf-pld).
+  # On an AVX512-BF16 CPU this is the dtype and the AVX2 kernels an AVX2-only CPU runs, on this CPU; on an
+  # AVX2-only CPU it is that CPU's own fast dtype (about 75 minutes there at 10 per category, 256 tokens).
   micro "attention-kernels-float32-ctx300" racer.kernelbench.attention_kernels --dtype float32 --context 300 --repeats 9 --sizes 1,2,4,8,12,16
   micro "attention-kernels-float32" racer.kernelbench.attention_kernels --dtype float32 --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   fresh_curve default float32
