@@ -10,8 +10,9 @@
 #   SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 scripts/benchmarks.sh smollm2   # a smaller Spec-Bench run (named specbench5)
 #
 # (The earlier runs without "sizecap" in their names were made by the same groups before the size cap.)
-# The runs the docs cite on a 2-core AVX2 CPU (float32 forwards cost about 3x the AVX512-BF16
-# bfloat16 ones) were made with SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 GEMMA_SPEC_MAX_NEW=64.
+# On a 2-core AVX2 CPU (float32 forwards cost about 3x the AVX512-BF16 bfloat16 ones) the SmolLM2
+# runs the docs cite were made by the float32 group (about 95 minutes there), Gemma 3's with
+# SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 GEMMA_SPEC_MAX_NEW=64.
 #
 # Timings need the whole machine: run nothing else meanwhile. Spec-Bench's questions come from
 # $SPEC_BENCH (default ../shared/data/spec_bench.jsonl).
@@ -80,7 +81,7 @@ fi
 if want float32; then
   # float32 with the methods the comparison with prompt lookup names (ar, tr, racer, racer-nochain, hf-pld).
   # On an AVX512-BF16 CPU this is the dtype and the AVX2 kernels an AVX2-only CPU runs, on this CPU; on an
-  # AVX2-only CPU it is that CPU's own fast dtype (about 75 minutes there at 10 per category, 256 tokens).
+  # AVX2-only CPU it is that CPU's own fast dtype (about 95 minutes on a 2-core one, 76 of them Spec-Bench).
   micro "attention-kernels-float32-ctx300" racer.kernelbench.attention_kernels --dtype float32 --context 300 --repeats 9 --sizes 1,2,4,8,12,16
   micro "attention-kernels-float32" racer.kernelbench.attention_kernels --dtype float32 --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   fresh_curve default float32
