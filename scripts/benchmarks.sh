@@ -81,11 +81,12 @@ fi
 if want float32; then
   # float32 with the methods the comparison with prompt lookup names (ar, tr, racer, racer-nochain, hf-pld).
   # On an AVX512-BF16 CPU this is the dtype and the AVX2 kernels an AVX2-only CPU runs, on this CPU; on an
-  # AVX2-only CPU it is that CPU's own fast dtype (about 95 minutes on a 2-core one, 76 of them Spec-Bench).
+  # AVX2-only CPU it is that CPU's own fast dtype (the whole group about 95 minutes on a 2-core one).
   micro "attention-kernels-float32-ctx300" racer.kernelbench.attention_kernels --dtype float32 --context 300 --repeats 9 --sizes 1,2,4,8,12,16
   micro "attention-kernels-float32" racer.kernelbench.attention_kernels --dtype float32 --context 1500 --repeats 8 --sizes 1,2,4,8,16,32
   fresh_curve default float32
-  # Spec-Bench as the bfloat16 group runs it (10 per category, 256 tokens: about 40 minutes in float32);
+  # Spec-Bench as the bfloat16 group runs it (10 per category, 256 tokens: in float32 about 40 minutes on
+  # an AVX512-BF16 CPU, 76 on a 2-core AVX2 one);
   # SPEC_PER_CATEGORY=5 SPEC_MAX_NEW=128 made the smaller specbench5 runs.
   bench "smollm2-135m-specbench$PER-float32-$CPU-$DATE" --dtype float32 --data "$SPEC" --per-category "$PER" --round-robin \
     --methods ar,tr,racer,racer-nochain,hf-pld --max-new-tokens "$SPEC_NEW"
