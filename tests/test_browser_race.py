@@ -13,17 +13,22 @@ measured 1.05–1.27 with it. With disturbed steps charged their quiet estimate
 (docs/PERFORMANCE.md §8) the busy races read what quiet ones do. The example is the one
 scripts/race_check.py races ("Summarise a passage", with its system prompt): "Extract to JSON",
 used before, now ends after 41 tokens in bfloat16, too short a race to tell clocks apart.
-Same server and browser setup as tests/test_browser.py (Debian's Chromium through Playwright).
+Same server and browser setup as tests/test_browser.py (Debian's Chromium through Playwright),
+except the server's time limits: on a 2-core CPU the Chromium page, the second visitor and the
+race share the two cores, and a busy series that takes 44 s quiet ran past the app's 240 s for a
+race 3× (AVX2-only CPU, float32: 85 s a race). The test is about the speed-up under load, not
+the limit (tests/test_reliability.py covers that), so its server allows 900 s.
 """
 from __future__ import annotations
 
 import json
 import re
 import sys
+import time
 
 import pytest
 
-from tests.test_browser import ROOT, browser, server, set_number, tab  # noqa: F401 - fixtures
+from tests.test_browser import ROOT, browser, serve, set_number, tab  # noqa: F401 - fixtures
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from race_check import DEFAULT_EXAMPLE, Inspector, settings  # noqa: E402 - the example, the second visitor, the Settings values
@@ -35,6 +40,12 @@ gradio_client = pytest.importorskip("gradio_client")
 EXAMPLE = DEFAULT_EXAMPLE
 MAX_NEW = 128
 BAND = (0.78, 1.45)
+SERIES_LIMIT_S = 900
+
+
+@pytest.fixture(scope="module")
+def server():
+    yield from serve(RACER_TIME_LIMIT_S=str(SERIES_LIMIT_S), RACER_BENCH_TIME_LIMIT_S=str(SERIES_LIMIT_S))
 
 
 def median_speedup(verdict: str) -> float:
@@ -48,12 +59,16 @@ def test_race_speedup_from_a_busy_browser_matches_a_quiet_api_race(browser, serv
     ex = {e["title"]: e for e in json.loads((ROOT / "assets" / "examples.json").read_text())}[EXAMPLE]
     api = gradio_client.Client(server, verbose=False)
 
-    def quiet_race() -> float:
+    walls: dict[str, float] = {}
+
+    def quiet_race(name: str) -> float:
+        t0 = time.perf_counter()
         out = api.predict(0, ex["prompt"], ex.get("system", ""), *settings(MAX_NEW), True, api_name="/race")
+        walls[name] = round(time.perf_counter() - t0, 1)
         assert "Finished 3 of 3 races" in out[0], out[0]
         return median_speedup(out[8])
 
-    before = quiet_race()
+    before = quiet_race("api_quiet_before_s")
 
     insp = Inspector(server)
     insp.start()
@@ -68,9 +83,14 @@ def test_race_speedup_from_a_busy_browser_matches_a_quiet_api_race(browser, serv
         tab(pg, "Race")
         pg.get_by_text(EXAMPLE).first.click()
         pg.locator("#repeat input").check()
+        t0 = time.perf_counter()
         pg.locator("#run").click()
         pg.locator("#race-status").get_by_text(re.compile("Race 2 of 3")).wait_for()
-        pg.locator("#race-status").get_by_text(re.compile("Finished 3 of 3 races")).wait_for()
+        status = pg.locator("#race-status")
+        status.get_by_text(re.compile("Finished 3 of 3 races|Time limit|Stopped")).wait_for(
+            timeout=(SERIES_LIMIT_S + 60) * 1000)
+        walls["browser_busy_s"] = round(time.perf_counter() - t0, 1)
+        assert "Finished 3 of 3 races" in status.inner_text(), status.inner_text()
         busy = median_speedup(pg.locator("#verdict").inner_text())
         stats = pg.locator("#stats-racer").inner_text()
         pg.close()
@@ -80,11 +100,11 @@ def test_race_speedup_from_a_busy_browser_matches_a_quiet_api_race(browser, serv
     assert "Median of 3 races" in stats
     # Quiet series before and after the busy one: the machine's own drift between them (minutes on a
     # shared host) is shared out rather than counted against the race.
-    after = quiet_race()
+    after = quiet_race("api_quiet_after_s")
     quiet = (before + after) / 2
     ratio = busy / quiet
     (ROOT / "artifacts").mkdir(exist_ok=True)
     (ROOT / "artifacts" / "browser-race.json").write_text(json.dumps(
-        {"api_quiet_before": before, "api_quiet_after": after, "browser_busy": busy, "ratio": round(ratio, 3), "inspector_renders": insp.renders}))
+        {"api_quiet_before": before, "api_quiet_after": after, "browser_busy": busy, "ratio": round(ratio, 3), "inspector_renders": insp.renders, **walls}))
     assert BAND[0] <= ratio <= BAND[1], (f"RACER {busy:.2f}× from the busy browser against {quiet:.2f}× through the "
                                          f"quiet API ({ratio:.2f}, band {BAND})")
