@@ -9,8 +9,9 @@ apart, which a shared host's drift of 20-30 % swamps).
 
 The other checkout's kernels are built (once, into the racer cache) if they are not yet. Switched:
 what the decoder layers call through their plan (rotary embedding, RMSNorm) and the bfloat16 step
-attention. Not switched: the linear products (bound when the model loads, on weights packed for
-this build) and the final norm, so a change to those kernels cannot be compared this way.
+attention, and in float32 the linear products (the tiled kernel multiplies the weights as they are).
+Not switched: the bfloat16 linear products (bound when the model loads, on weights packed for this
+build) and the final norm, so a change to those cannot be compared this way.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import argparse
 import sys
 import threading
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,7 +45,7 @@ def main() -> int:
     def work() -> None:
         # As in the app: the model loads and computes on one thread (docs/PERFORMANCE.md §8).
         from racer import load_model
-        from racer.cpu import attention, build
+        from racer.cpu import attention, build, linear
         from racer.kernelbench.timing import time_forwards
 
         old = other_build(Path(args.other))
@@ -56,7 +59,12 @@ def main() -> int:
             def switch() -> None:
                 for p in plans:
                     p.ops = ops
+                    if p.dtype == torch.float32:
+                        p.linear = ops.tiled_linear
                 attention._step_ops = lambda *dtype: ops
+                if lm.dtype == torch.float32:
+                    # The output projection (and any layer outside a plan) asks for the kernels at each call.
+                    linear.extension = lambda: ops
             return switch
 
         sizes = [int(s) for s in args.sizes.split(",")]

@@ -17,7 +17,11 @@ replacements, chosen per model by `choose`:
   and the 49152-wide vocabulary projection 1.00-1.15x faster than oneDNN, so it runs tiled
   too. Whole verify forward (benchmarks/micro/kernels-tiled-v2-float32.md): 1.46x faster than
   "packed" at T = 1, t(4)/t(1) = 1.13, t(8)/t(1) = 1.37. Its per-row result does not depend
-  on how many rows share the call.
+  on how many rows share the call. From 5 rows on, a block of W takes two or more passes, and
+  each pass prefetches its share of the next block (before, only the first pass did): on an
+  AVX2 Zen 1, whose 256-bit FMAs run as two halves (family 23 model 1, 2 cores), the whole
+  verify forward ran 1.01-1.05x faster at T = 5-16 and the same at T = 1-4, bit-identical
+  (benchmarks/micro/tiled-linear-prefetch-float32-avx2-2026-12-07.md, scripts/kernel_ab.py).
   In bfloat16, on a CPU with AVX512-BF16, "tiled" runs csrc/packed_linear_bf16.cpp instead
   (vdpbf16ps, float32 sums, one rounding) on a copy of each weight packed once for it, 16
   outputs to a register, for every number of rows, prefill included (on par with oneDNN there),

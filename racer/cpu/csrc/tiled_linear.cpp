@@ -25,12 +25,42 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// y[r, j] = x[r] . w[j] for NX rows of x and NW rows of w. When pf is set, the tile also
-// prefetches rows pf[0..NW) of W (the same rows of the next block) at the same k, one cache
-// line per step pair.
-template <int NW, int NX>
+// How a tile prefetches rows w[0..NW) of the next block while it multiplies: `at(k, K)` runs at
+// each k step of 8 floats. With one pass over the block, every line of those rows, one per pair of
+// k steps at the tile's own k (the tile keeps no more registers live than for its loads).
+struct EveryLine {
+  const float* w = nullptr;
+  template <int NW>
+  inline void at(int64_t k, int64_t K) {
+    if (w && (k & 15) == 0) {
+#pragma GCC unroll 12
+      for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + k), _MM_HINT_T1);
+    }
+  }
+};
+
+// With several passes, pass p fetches its share of each row's lines, [line, end), one line every
+// `every` k steps, so the fetching spreads over all the passes.
+struct ShareOfLines {
+  const float* w = nullptr;
+  int64_t every = 2, line = 0, end = 0, due = 0;
+  template <int NW>
+  inline void at(int64_t, int64_t K) {
+    if (w && due-- == 0) {
+      due = every - 1;
+      if (line < end) {
+#pragma GCC unroll 12
+        for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + line * 16), _MM_HINT_T1);
+        ++line;
+      }
+    }
+  }
+};
+
+// y[r, j] = x[r] . w[j] for NX rows of x and NW rows of w, prefetching as `pf` says.
+template <int NW, int NX, class Prefetch>
 inline void tile(const float* __restrict x, const float* __restrict w, int64_t K, float* __restrict y,
-                 int64_t ldy, const float* pf = nullptr) {
+                 int64_t ldy, Prefetch pf) {
   __m256 acc[NX][NW];
 #pragma GCC unroll 12
   for (int r = 0; r < NX; ++r)
@@ -40,10 +70,7 @@ inline void tile(const float* __restrict x, const float* __restrict w, int64_t K
   for (int64_t k = 0; k < K8; k += 8) {
     // 16 registers hold the 12 accumulators plus the operands of the narrower side, loaded
     // once per k step; the wider side streams through one more.
-    if (pf && (k & 15) == 0) {
-#pragma GCC unroll 12
-      for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(pf + j * K + k), _MM_HINT_T1);
-    }
+    pf.template at<NW>(k, K);
     if constexpr (NW <= NX) {
       __m256 wv[NW];
 #pragma GCC unroll 12
@@ -74,15 +101,23 @@ inline void tile(const float* __restrict x, const float* __restrict w, int64_t K
     }
 }
 
+// The tiles of a single pass, kept out of line: inlined into the block loop, the 3- and 4-row
+// tiles spilled registers in the k loop (a 3-token product ran 7 % slower, a 4-token one 33 %).
+template <int NW, int NX>
+__attribute__((noinline)) void tile1(const float* x, const float* w, int64_t K, float* y, int64_t ldy,
+                                     const float* pf = nullptr) {
+  tile<NW, NX>(x, w, K, y, ldy, EveryLine{pf});
+}
+
 // All rows of x against NW consecutive rows of W in tiles of NW x 4, then NW x (1..3).
 template <int NW>
 inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N) {
   int64_t m = 0;
-  for (; m + 4 <= M; m += 4) tile<NW, 4>(x + m * K, w, K, y + m * N, N);
+  for (; m + 4 <= M; m += 4) tile1<NW, 4>(x + m * K, w, K, y + m * N, N);
   switch (M - m) {
-    case 3: tile<NW, 3>(x + m * K, w, K, y + m * N, N); break;
-    case 2: tile<NW, 2>(x + m * K, w, K, y + m * N, N); break;
-    case 1: tile<NW, 1>(x + m * K, w, K, y + m * N, N); break;
+    case 3: tile1<NW, 3>(x + m * K, w, K, y + m * N, N); break;
+    case 2: tile1<NW, 2>(x + m * K, w, K, y + m * N, N); break;
+    case 1: tile1<NW, 1>(x + m * K, w, K, y + m * N, N); break;
     default: break;
   }
 }
@@ -90,27 +125,52 @@ inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float
 // All rows of x against a block of 12 rows of W, every tile with 12 accumulators.
 //
 // Streaming W from memory and multiplying it did not overlap on their own: a 4-token forward's
-// linear layers took about the single-token time plus the in-cache compute time. So the first
-// pass over the block prefetches the next block (the following 12 rows, contiguous in W) into
-// L2, and memory time hides behind compute: measured in racer/cpu/linear.py's docstring.
+// linear layers took about the single-token time plus the in-cache compute time. So the passes
+// over the block (one per 4 rows of x, and one for the 1-3 left) prefetch the next block (the
+// following 12 rows, contiguous in W) into L2, and memory time hides behind compute. With more
+// than one pass (5 rows or more) each pass fetches its share of the next block's lines: when only
+// the first did, the later passes multiplied from cache while memory sat idle. Spread, a 5-16-token
+// verify forward ran 1.01-1.05x faster on an AVX2 Zen 1 (racer/cpu/linear.py's docstring).
 inline void block12(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N,
                     bool prefetch_next) {
   const float* next = prefetch_next ? w + 12 * K : nullptr;
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4)
-    for (int j = 0; j < 12; j += 3)
-      tile<3, 4>(x + m * K, w + j * K, K, y + m * N + j, N, m == 0 && next ? next + j * K : nullptr);
+  if (M <= 4) {
+    auto at = [&](int j) { return next ? next + j * K : nullptr; };
+    switch (M) {
+      case 4:
+        for (int j = 0; j < 12; j += 3) tile1<3, 4>(x, w + j * K, K, y + j, N, at(j));
+        break;
+      case 3:
+        for (int j = 0; j < 12; j += 4) tile1<4, 3>(x, w + j * K, K, y + j, N, at(j));
+        break;
+      case 2:
+        for (int j = 0; j < 12; j += 6) tile1<6, 2>(x, w + j * K, K, y + j, N, at(j));
+        break;
+      case 1: tile1<12, 1>(x, w, K, y, N, next); break;
+      default: break;
+    }
+    return;
+  }
+  // Pass p fetches lines [p * share, (p + 1) * share) of each row of the next block, spread
+  // over its k steps.
+  const int64_t passes = (M + 3) / 4, lines = (K + 15) / 16, share = (lines + passes - 1) / passes;
+  auto plan = [&](int64_t p, int j) {
+    return next ? ShareOfLines{next + j * K, 2 * passes, p * share, std::min(lines, (p + 1) * share), 0}
+                : ShareOfLines{};
+  };
+  int64_t m = 0, p = 0;
+  for (; m + 4 <= M; m += 4, ++p)
+    for (int j = 0; j < 12; j += 3) tile<3, 4>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p, j));
   const float* xr = x + m * K;
   float* yr = y + m * N;
-  const float* pf = m == 0 ? next : nullptr;
   switch (M - m) {
     case 3:
-      for (int j = 0; j < 12; j += 4) tile<4, 3>(xr, w + j * K, K, yr + j, N, pf ? pf + j * K : nullptr);
+      for (int j = 0; j < 12; j += 4) tile<4, 3>(xr, w + j * K, K, yr + j, N, plan(p, j));
       break;
     case 2:
-      for (int j = 0; j < 12; j += 6) tile<6, 2>(xr, w + j * K, K, yr + j, N, pf ? pf + j * K : nullptr);
+      for (int j = 0; j < 12; j += 6) tile<6, 2>(xr, w + j * K, K, yr + j, N, plan(p, j));
       break;
-    case 1: tile<12, 1>(xr, w, K, yr, N, pf); break;
+    case 1: tile<12, 1>(xr, w, K, yr, N, plan(p, 0)); break;
     default: break;
   }
 }
