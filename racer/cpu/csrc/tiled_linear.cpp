@@ -27,7 +27,7 @@ inline float hsum(__m256 v) {
 
 // How a tile prefetches rows w[0..NW) of the next block while it multiplies: `at(k, K)` runs at
 // each k step of 8 floats. With one pass over the block, every line of those rows, one per pair of
-// k steps at the tile's own k (the tile keeps no more registers live than for its loads).
+// k steps, addressed by the tile's own k.
 struct EveryLine {
   const float* w = nullptr;
   template <int NW>
@@ -101,8 +101,9 @@ inline void tile(const float* __restrict x, const float* __restrict w, int64_t K
     }
 }
 
-// The tiles of a single pass, kept out of line: inlined into the block loop, the 3- and 4-row
-// tiles spilled registers in the k loop (a 3-token product ran 7 % slower, a 4-token one 33 %).
+// The tiles of a single pass, kept out of line as the compiler kept them before the passes shared
+// their prefetching: inlined into the larger block loop, a 3-token product ran 7 % slower and a
+// 4-token one 33 % (the model's linears streamed, interleaved with the out-of-line build).
 template <int NW, int NX>
 __attribute__((noinline)) void tile1(const float* x, const float* w, int64_t K, float* y, int64_t ldy,
                                      const float* pf = nullptr) {
