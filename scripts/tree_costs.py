@@ -16,8 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from racer.costcurve import CostCurve  # noqa: E402 - after the path
 
 
 def ar_forwards(rows: list[dict]) -> dict[tuple[str, int], tuple[int, list[float]]]:
@@ -43,25 +49,23 @@ def by_size(rows: list[dict], method: str) -> dict[int, list[tuple[float, int]]]
             continue
         context = r["prompt_len"]
         for size, accepted, ms in zip(r["tree_sizes"], r["accept_lengths"], r["step_ms"]["forward"]):
-            if size:  # size 0: a step without a forward (the prefill's token)
+            if size:  # size 0: a step that committed its token without a forward
                 out[size].append((ms / ar_at(ar[key], context), accepted))
             context += accepted
     return out
 
 
 def curve_ratios(run: Path) -> tuple[int, dict[int, float]]:
-    """The run's cost curve at its context: t(T) / t(1) at the measured sizes."""
+    """The run's cost curve at its context, t(T) / t(1) for T up to its largest measured size,
+    read as sizing reads it (`CostCurve.t`: straight between the measured sizes)."""
     summary = json.loads((run / "summary.json").read_text())
-    curve = summary.get("cost_curve") or {}
-    if not curve.get("ms"):
+    c = summary.get("cost_curve") or {}
+    if not c.get("ms"):
         return 0, {}
-    sizes, ms = curve["sizes"], curve["ms"]
-    ratios = {}
-    for size in range(1, sizes[-1] + 1):  # linear between the measured sizes, as sizing reads it
-        j = next(i for i, s in enumerate(sizes) if s >= size)
-        w = 0.0 if sizes[j] == size else (size - sizes[j - 1]) / (sizes[j] - sizes[j - 1])
-        ratios[size] = (ms[j - 1] * (1 - w) + ms[j] * w if w else ms[j]) / ms[0]
-    return curve.get("context", 0), ratios
+    context = c.get("context", 0)
+    curve = CostCurve(c["sizes"], c.get("contexts") or [context], c.get("grid") or [c["ms"]], {})
+    one = curve.t(1, context)
+    return context, {T: curve.t(T, context) / one for T in range(1, c["sizes"][-1] + 1)}
 
 
 def table(groups: dict[int, list[tuple[float, int]]], curve: dict[int, float], min_steps: int) -> list[str]:

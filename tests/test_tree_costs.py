@@ -29,7 +29,8 @@ def run(tmp_path: Path) -> Path:
     other = _row("racer", "q2", [50.0], [4], [2])  # no ar row for q2: left out
     (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in (ar, racer, other)) + "\n")
     (tmp_path / "summary.json").write_text(json.dumps(
-        {"cost_curve": {"sizes": [1, 2, 4, 8], "context": 12, "ms": [40.0, 41.0, 44.0, 60.0]}}))
+        {"cost_curve": {"sizes": [1, 2, 4, 8], "contexts": [12], "context": 12, "grid": [[40.0, 41.0, 44.0, 60.0]],
+                        "ms": [40.0, 41.0, 44.0, 60.0]}}))
     return tmp_path
 
 
