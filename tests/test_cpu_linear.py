@@ -116,7 +116,7 @@ def test_chosen_only_where_measured_faster():
 
 
 @needs_tiled
-@pytest.mark.parametrize("k_in,n_out", [(1, 1), (7, 5), (13, 40), (48, 80), (65, 3), (576, 193)])
+@pytest.mark.parametrize("k_in,n_out", [(1, 1), (7, 5), (13, 40), (48, 80), (65, 3), (576, 193), (701, 37)])
 def test_tiled_matches_linear_on_odd_shapes(k_in, n_out):
     # Widths that are not multiples of the 8-float vector or of the 3-row weight tile take the
     # kernel's tail paths.
@@ -131,13 +131,15 @@ def test_tiled_matches_linear_on_odd_shapes(k_in, n_out):
 
 
 @needs_tiled
-def test_tiled_rows_do_not_depend_on_the_batch():
+@pytest.mark.parametrize("k_in", [200, 700])
+def test_tiled_rows_do_not_depend_on_the_batch(k_in):
     # A row's result is bit-identical whether it is computed alone or among 2..TILED_MAX_ROWS rows, at any
-    # position: the per-output summation order is fixed.
+    # position: the per-output summation order is fixed. From 5 rows a block runs tile by tile up to
+    # K = 640 and pass by pass above (csrc/tiled_linear.cpp): both widths.
     ops = extension()
     torch.manual_seed(7)
-    w = torch.randn(97, 200)
-    x = torch.randn(TILED_MAX_ROWS, 200)
+    w = torch.randn(97, k_in)
+    x = torch.randn(TILED_MAX_ROWS, k_in)
     alone = torch.cat([ops.tiled_linear(x[i:i + 1], w, None) for i in range(TILED_MAX_ROWS)])
     for rows in range(2, TILED_MAX_ROWS + 1):
         assert torch.equal(ops.tiled_linear(x[:rows], w, None), alone[:rows])

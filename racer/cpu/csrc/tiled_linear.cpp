@@ -4,8 +4,10 @@
 // four 3x4 tiles, and against the 1-3 rows left over as one 12x1, two 6x2 or three 4x3 tiles:
 // every tile keeps 12 independent AVX2 accumulators, enough to hide FMA latency on both pipes
 // whatever the number of rows (with 3-row weight tiles a 5-7-token tree ran its last rows on
-// 3-9 accumulators and cost as much as 8 tokens). oneDNN and MKL spend tens of microseconds per
-// call on shapes this small; measured in racer/cpu/linear.py's docstring.
+// 3-9 accumulators and cost as much as 8 tokens). From 5 rows at K <= TILE_MAJOR_MAX_K the block
+// runs tile by tile instead, the 1-3 rows left on 3-9 accumulators after all, which the tile
+// staying in L1 more than pays for (block12). oneDNN and MKL spend tens of microseconds per call
+// on shapes this small; measured in racer/cpu/linear.py's docstring.
 //
 // Every output y[m, n] is summed by the same operations in the same order whatever the tile
 // shape, the number of rows and where row m falls, so a token's result does not depend on how
@@ -17,6 +19,11 @@
 // External linkage in namespace racer: bindings.cpp exposes the entry points.
 namespace racer {
 
+// Up to this K, a 3-row tile of W, the next tile and 4 rows of x (10 rows of K floats, 24 KiB at
+// K = 614) fit in a 32 KiB L1 beside the rest, so a product of 5 rows or more can keep each tile in
+// L1 for all its passes (block12). The default model's down projection (K = 1536) cannot.
+constexpr int64_t TILE_MAJOR_MAX_K = 640;
+
 inline float hsum(__m256 v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   __m128 sh = _mm_movehdup_ps(lo);
@@ -27,20 +34,24 @@ inline float hsum(__m256 v) {
 
 // How a tile prefetches rows w[0..NW) of the next block while it multiplies: `at(k, K)` runs at
 // each k step of 8 floats. With one pass over the block, every line of those rows, one per pair of
-// k steps, addressed by the tile's own k.
+// k steps, addressed by the tile's own k. Non-temporal (into L1 only on AMD): one pass reads each
+// weight once, and a hint into L2 sent the whole 538 MB of a float32 forward through L2 and L3,
+// evicting the KV cache and everything Python and PyTorch touch between the products. With NTA a
+// verify forward of 1-4 tokens ran 1.12-1.17x faster on an AVX2 Zen 1 (racer/cpu/linear.py).
 struct EveryLine {
   const float* w = nullptr;
   template <int NW>
   inline void at(int64_t k, int64_t K) {
     if (w && (k & 15) == 0) {
 #pragma GCC unroll 12
-      for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + k), _MM_HINT_T1);
+      for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + k), _MM_HINT_NTA);
     }
   }
 };
 
 // With several passes, pass p fetches its share of each row's lines, [line, end), one line every
-// `every` k steps, so the fetching spreads over all the passes.
+// `every` k steps, so the fetching spreads over all the passes; HINT says into which cache.
+template <_mm_hint HINT = _MM_HINT_T1>
 struct ShareOfLines {
   const float* w = nullptr;
   int64_t every = 2, line = 0, end = 0, due = 0;
@@ -50,7 +61,7 @@ struct ShareOfLines {
       due = every - 1;
       if (line < end) {
 #pragma GCC unroll 12
-        for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + line * 16), _MM_HINT_T1);
+        for (int j = 0; j < NW; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * K + line * 16), HINT);
         ++line;
       }
     }
@@ -128,7 +139,8 @@ inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float
 // Streaming W from memory and multiplying it did not overlap on their own: a 4-token forward's
 // linear layers took about the single-token time plus the in-cache compute time. So the passes
 // over the block (one per 4 rows of x, and one for the 1-3 left) prefetch the next block (the
-// following 12 rows, contiguous in W) into L2, and memory time hides behind compute. With more
+// following 12 rows, contiguous in W), and memory time hides behind compute: one pass (1-4 rows)
+// non-temporally, several into L2 unless the tiles fit L1 (below). With more
 // than one pass (5 rows or more) each pass fetches its share of the next block's lines: when only
 // the first did, the later passes multiplied from cache while memory sat idle. Spread, a 5-16-token
 // verify forward ran 1.01-1.05x faster on an AVX2 Zen 1 (racer/cpu/linear.py's docstring).
@@ -152,12 +164,35 @@ inline void block12(const float* x, int64_t M, const float* w, int64_t K, float*
     }
     return;
   }
+  const int64_t passes = (M + 3) / 4, lines = (K + 15) / 16, share = (lines + passes - 1) / passes;
+  if (K <= TILE_MAJOR_MAX_K) {
+    // Tile-major: each 3-row tile of W against every row of x while it sits in L1, its passes
+    // fetching the next tile non-temporally (as one pass does the next block), so W never passes
+    // through L2. The same sums in the same order as below, so the same bits. Against the block
+    // order below, a 5-12-token verify forward ran 1.03-1.08x faster on an AVX2 Zen 1; with a
+    // larger K (the tile falls out of L1 between passes and is fetched again) 1.6-2.3x slower.
+    for (int j = 0; j < 12; j += 3) {
+      const float* nt = j + 3 < 12 ? w + (j + 3) * K : next;
+      auto plan = [&](int64_t p) {
+        return nt ? ShareOfLines<_MM_HINT_NTA>{nt, 2 * passes, p * share, std::min(lines, (p + 1) * share), 0}
+                  : ShareOfLines<_MM_HINT_NTA>{};
+      };
+      int64_t m = 0, p = 0;
+      for (; m + 4 <= M; m += 4, ++p) tile<3, 4>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p));
+      switch (M - m) {
+        case 3: tile<3, 3>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p)); break;
+        case 2: tile<3, 2>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p)); break;
+        case 1: tile<3, 1>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p)); break;
+        default: break;
+      }
+    }
+    return;
+  }
   // Pass p fetches lines [p * share, (p + 1) * share) of each row of the next block, spread
   // over its k steps.
-  const int64_t passes = (M + 3) / 4, lines = (K + 15) / 16, share = (lines + passes - 1) / passes;
   auto plan = [&](int64_t p, int j) {
-    return next ? ShareOfLines{next + j * K, 2 * passes, p * share, std::min(lines, (p + 1) * share), 0}
-                : ShareOfLines{};
+    return next ? ShareOfLines<>{next + j * K, 2 * passes, p * share, std::min(lines, (p + 1) * share), 0}
+                : ShareOfLines<>{};
   };
   int64_t m = 0, p = 0;
   for (; m + 4 <= M; m += 4, ++p)
