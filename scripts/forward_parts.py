@@ -3,7 +3,7 @@ vocabulary projection, attention, the norms, the rotary embedding, the tree's in
 (Python, residual adds, silu * up, the cache append), each the median of its per-forward ms over
 rounds that take every size in turn on one model at one context.
 
-    .venv/bin/python scripts/forward_parts.py                     # float32 where that is fast
+    .venv/bin/python scripts/forward_parts.py                     # this CPU's fast dtype, context 300
     .venv/bin/python scripts/forward_parts.py --dtype float32 --context 1000 --sizes 1,4,8
 
 The parts are timed by wrapping the calls racer's decoder layers make through their plan, so the

@@ -22,13 +22,14 @@ replacements, chosen per model by `choose`:
   AVX2 Zen 1, whose 256-bit FMAs run as two halves (family 23 model 1, 2 cores), the whole
   verify forward ran 1.01-1.05x faster at T = 5-16 and the same at T = 1-4, bit-identical
   (benchmarks/micro/tiled-linear-prefetch-float32-avx2-2026-12-07.md, scripts/kernel_ab.py).
-  The weights no longer pass through L2: one pass (1-4 rows) prefetches the next block
+  Most weights no longer pass through L2: one pass (1-4 rows) prefetches the next block
   non-temporally, and from 5 rows at K <= 640 (every weight of the default model but the MLP's
-  down projection) each 3-row tile of W takes all its passes while it sits in L1, the next tile
-  fetched non-temporally. Fetched into L2 as before, the 538 MB a float32 forward streams
-  evicted the KV cache and all that Python and PyTorch touch between the products. On the Zen 1,
-  against the L2 hint, bit-identical: 1.12-1.17x faster at T = 1-4, and the tile order another
-  1.03-1.08x at T = 5-12 (benchmarks/micro/tiled-linear-nta-float32-avx2-2026-12-07.md).
+  down projection, which keeps the L2 hint) each 3-row tile of W takes all its passes while it
+  sits in L1, the next tile fetched non-temporally. Fetched into L2, the 538 MB a float32 forward
+  streams evicted the KV cache and all that Python and PyTorch touch between the products. On the
+  Zen 1, against the L2 hint, bit-identical: 1.07-1.12x faster at T = 1-4 (1.12-1.17x for the
+  non-temporal pass alone, measured twice), 1.00-1.12x at 5-8, 1.02-1.04x at 10-16
+  (benchmarks/micro/tiled-linear-nta-float32-avx2-2026-12-07.md).
   In bfloat16, on a CPU with AVX512-BF16, "tiled" runs csrc/packed_linear_bf16.cpp instead
   (vdpbf16ps, float32 sums, one rounding) on a copy of each weight packed once for it, 16
   outputs to a register, for every number of rows, prefill included (on par with oneDNN there),

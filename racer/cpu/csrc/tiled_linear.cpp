@@ -37,7 +37,7 @@ inline float hsum(__m256 v) {
 // k steps, addressed by the tile's own k. Non-temporal (into L1 only on AMD): one pass reads each
 // weight once, and a hint into L2 sent the whole 538 MB of a float32 forward through L2 and L3,
 // evicting the KV cache and everything Python and PyTorch touch between the products. With NTA a
-// verify forward of 1-4 tokens ran 1.12-1.17x faster on an AVX2 Zen 1 (racer/cpu/linear.py).
+// verify forward of 1-4 tokens ran 1.07-1.17x faster on an AVX2 Zen 1 (racer/cpu/linear.py).
 struct EveryLine {
   const float* w = nullptr;
   template <int NW>
@@ -167,8 +167,8 @@ inline void block12(const float* x, int64_t M, const float* w, int64_t K, float*
   const int64_t passes = (M + 3) / 4, lines = (K + 15) / 16, share = (lines + passes - 1) / passes;
   if (K <= TILE_MAJOR_MAX_K) {
     // Tile-major: each 3-row tile of W against every row of x while it sits in L1, its passes
-    // fetching the next tile non-temporally (as one pass does the next block), so W never passes
-    // through L2. The same sums in the same order as below, so the same bits. Against the block
+    // fetching the next tile non-temporally (as one pass does the next block), so this W never
+    // passes through L2. The same sums in the same order as below, so the same bits. Against the block
     // order below, a 5-12-token verify forward ran 1.03-1.08x faster on an AVX2 Zen 1; with a
     // larger K (the tile falls out of L1 between passes and is fetched again) 1.6-2.3x slower.
     for (int j = 0; j < 12; j += 3) {
