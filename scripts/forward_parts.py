@@ -66,9 +66,9 @@ def timed_parts(lm: LoadedModel, acc: dict[str, float]) -> Iterator[None]:
     """Within the block every forward of `lm` adds each part's seconds to `acc`; everything is
     put back on leaving, exceptions included."""
     from racer import verify
-    from racer.cpu import attention
+    from racer.cpu import attention, layers
 
-    plans = [m.__dict__["_racer_plan"] for m in lm.model.modules() if "_racer_plan" in m.__dict__]
+    plans = layers.plans(lm.model)
     if not plans:
         raise SystemExit(f"{lm.name} runs no racer decoder layers here: its parts cannot be told apart")
     inner = lm.model.model

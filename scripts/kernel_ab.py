@@ -45,13 +45,13 @@ def main() -> int:
     def work() -> None:
         # As in the app: the model loads and computes on one thread (docs/PERFORMANCE.md §8).
         from racer import load_model
-        from racer.cpu import attention, build, linear
+        from racer.cpu import attention, build, layers, linear
         from racer.kernelbench.timing import time_forwards
 
         old = other_build(Path(args.other))
         lm = load_model(args.model, dtype=args.dtype) if args.dtype else load_model(args.model)
         new = build.extension()
-        plans = [m.__dict__["_racer_plan"] for m in lm.model.modules() if "_racer_plan" in m.__dict__]
+        plans = layers.plans(lm.model)
         if not plans:
             raise SystemExit("this model runs no racer decoder layers: nothing to switch")
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from racer.cpu import hugepages
+from racer.cpu import hugepages, layers
 from racer.cpu.build import extension
 from racer.tiny import tiny_lm
 
@@ -50,7 +50,7 @@ def test_page_ranges_are_whole_pages_that_cover_every_large_tensor_and_skip_smal
 def test_streamed_tensors_are_what_the_kernels_multiply(dtype):
     lm = tiny_lm(dtype=dtype)
     got = {t.data_ptr() for t in hugepages.streamed_tensors(lm.model)}
-    plans = [m.__dict__["_racer_plan"] for m in lm.model.modules() if "_racer_plan" in m.__dict__]
+    plans = layers.plans(lm.model)
     head = lm.model.get_output_embeddings()
     if extension() is None or not plans:
         # No plans: every linear layer's weight (or its kernel's copy) is what streams.

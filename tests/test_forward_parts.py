@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from racer.cpu import layers
 from racer.cpu.linear import tiled_available
 from racer.tiny import tiny_lm
 from racer.verify import forward_tree
@@ -33,7 +34,7 @@ def test_every_part_is_timed_and_everything_is_put_back():
     import random
 
     lm = tiny_lm(layers=3)
-    plans = [m.__dict__["_racer_plan"] for m in lm.model.modules() if "_racer_plan" in m.__dict__]
+    plans = layers.plans(lm.model)
     assert len(plans) == 3
     before = [(p.ops, p.linear) for p in plans]
     tree = random_tree(random.Random(1), 6, lm.vocab_size)

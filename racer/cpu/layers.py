@@ -268,9 +268,15 @@ def use_fast_layers(model: nn.Module) -> int:
     return n
 
 
+def plans(model: nn.Module) -> list[_Plan]:
+    """The plans of `model`'s decoder layers that have the fast forward, in layer order (the
+    scripts that switch or time what a layer calls change them in place)."""
+    return [m.__dict__["_racer_plan"] for m in model.modules() if "_racer_plan" in m.__dict__]
+
+
 def count(model: nn.Module) -> int:
     """How many of `model`'s decoder layers have the fast forward."""
-    return sum(1 for m in model.modules() if "_racer_plan" in m.__dict__)
+    return len(plans(model))
 
 
 def silu_mul_count(model: nn.Module) -> int:

@@ -121,15 +121,16 @@ __attribute__((noinline)) void tile1(const float* x, const float* w, int64_t K, 
   tile<NW, NX>(x, w, K, y, ldy, EveryLine{pf});
 }
 
-// All rows of x against NW consecutive rows of W in tiles of NW x 4, then NW x (1..3).
-template <int NW>
-inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N) {
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4) tile1<NW, 4>(x + m * K, w, K, y + m * N, N);
+// All rows of x against NW consecutive rows of W in tiles of NW x 4, then NW x (1..3); pass p (each
+// 4 rows, then the rest) prefetches as `plan(p)` says.
+template <int NW, class Plan>
+inline void all_rows(const float* x, int64_t M, const float* w, int64_t K, float* y, int64_t N, Plan plan) {
+  int64_t m = 0, p = 0;
+  for (; m + 4 <= M; m += 4, ++p) tile<NW, 4>(x + m * K, w, K, y + m * N, N, plan(p));
   switch (M - m) {
-    case 3: tile1<NW, 3>(x + m * K, w, K, y + m * N, N); break;
-    case 2: tile1<NW, 2>(x + m * K, w, K, y + m * N, N); break;
-    case 1: tile1<NW, 1>(x + m * K, w, K, y + m * N, N); break;
+    case 3: tile<NW, 3>(x + m * K, w, K, y + m * N, N, plan(p)); break;
+    case 2: tile<NW, 2>(x + m * K, w, K, y + m * N, N, plan(p)); break;
+    case 1: tile<NW, 1>(x + m * K, w, K, y + m * N, N, plan(p)); break;
     default: break;
   }
 }
@@ -177,14 +178,7 @@ inline void block12(const float* x, int64_t M, const float* w, int64_t K, float*
         return nt ? ShareOfLines<_MM_HINT_NTA>{nt, 2 * passes, p * share, std::min(lines, (p + 1) * share), 0}
                   : ShareOfLines<_MM_HINT_NTA>{};
       };
-      int64_t m = 0, p = 0;
-      for (; m + 4 <= M; m += 4, ++p) tile<3, 4>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p));
-      switch (M - m) {
-        case 3: tile<3, 3>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p)); break;
-        case 2: tile<3, 2>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p)); break;
-        case 1: tile<3, 1>(x + m * K, w + j * K, K, y + m * N + j, N, plan(p)); break;
-        default: break;
-      }
+      all_rows<3>(x, M, w + j * K, K, y + j, N, plan);
     }
     return;
   }
@@ -239,10 +233,11 @@ torch::Tensor tiled_linear(const torch::Tensor& x, const torch::Tensor& weight, 
           continue;
         }
         // The last, partial block (N not a multiple of 12): 3-row tiles, then 2 or 1.
+        auto none = [](int64_t) { return EveryLine{}; };
         int64_t j = 0;
-        for (; j + 3 <= rows; j += 3) all_rows<3>(xp, M, wp + (n + j) * K, K, yp + n + j, N);
-        if (rows - j == 2) all_rows<2>(xp, M, wp + (n + j) * K, K, yp + n + j, N);
-        if (rows - j == 1) all_rows<1>(xp, M, wp + (n + j) * K, K, yp + n + j, N);
+        for (; j + 3 <= rows; j += 3) all_rows<3>(xp, M, wp + (n + j) * K, K, yp + n + j, N, none);
+        if (rows - j == 2) all_rows<2>(xp, M, wp + (n + j) * K, K, yp + n + j, N, none);
+        if (rows - j == 1) all_rows<1>(xp, M, wp + (n + j) * K, K, yp + n + j, N, none);
       }
     });
   }
